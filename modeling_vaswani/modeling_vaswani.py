@@ -1,0 +1,643 @@
+"""The Transformer of "Attention Is All You Need" (Vaswani et al., 2017) as a transformers v5 model.
+
+Post-norm, exactly as §3.1 writes it: every sub-layer is wrapped as LayerNorm(x + Dropout(Sublayer(x))),
+with no LayerNorm on the embeddings and none after the last layer of either stack (the Annotated
+Transformer and most later code are pre-norm; this model is not). Positions are the fixed, interleaved
+sinusoids of §3.5, computed for any length and never stored. One embedding matrix serves the encoder
+input, the decoder input and the pre-softmax linear (§3.4), scaled by √d_model on input.
+
+Decoding defaults to §6.1: beam size 4, the GNMT length penalty lp(Y) = ((5 + |Y|) / 6)^α with α = 0.6,
+and at most |source| + 50 output tokens per sentence. transformers' own rule (score / |Y|^α) stays
+available with `length_penalty_rule="transformers"`.
+
+This file travels to the Hub as remote code with `configuration_vaswani.py`: it imports nothing of ours.
+"""
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import GenerationConfig, GenerationMixin, PreTrainedModel
+from transformers import initialization as init
+from transformers.activations import ACT2FN
+from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
+from transformers.generation.stopping_criteria import StoppingCriteria, StoppingCriteriaList
+from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
+from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.modeling_outputs import BaseModelOutput, BaseModelOutputWithPastAndCrossAttentions
+from transformers.modeling_outputs import Seq2SeqLMOutput, Seq2SeqModelOutput
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+from transformers.utils import can_return_tuple, is_torchdynamo_compiling, logging
+from transformers.utils.generic import merge_with_config_defaults
+from transformers.utils.output_capturing import OutputRecorder, capture_outputs
+
+from .configuration_vaswani import VaswaniConfig
+
+logger = logging.get_logger(__name__)
+
+PAPER_GENERATION = {  # §6.1: "beam search with a beam size of 4 and length penalty α = 0.6"
+    "num_beams": 4,
+    "length_penalty": 0.6,
+    "length_penalty_rule": "gnmt",  # lp(Y) = ((5 + |Y|) / 6)^α (Wu et al., 2016), not transformers' |Y|^α
+    "max_length_over_source": 50,  # "maximum output length ... to input length + 50"
+    "early_stopping": "never",  # stop only when no live beam can still win (exact beam search)
+}
+
+
+def sinusoids(positions: torch.Tensor, d_model: int) -> torch.Tensor:
+    """§3.5: PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d_model))."""
+    two_i = torch.arange(0, d_model, 2, device=positions.device, dtype=torch.float32)
+    angles = positions.to(torch.float32)[:, None] / torch.pow(10000.0, two_i / d_model)  # (T, ⌈d/2⌉)
+    return torch.stack((angles.sin(), angles.cos()), dim=-1).flatten(-2)[:, :d_model]  # (T, d_model), interleaved
+
+
+def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
+    """Decoder inputs are the targets shifted right by one, starting with `decoder_start_token_id` (§3.1)."""
+    shifted = labels.new_full(labels.shape, decoder_start_token_id)
+    shifted[:, 1:] = labels[:, :-1]
+    return shifted.masked_fill_(shifted == -100, pad_token_id)
+
+
+def check_inputs(ids: torch.Tensor | None, mask: torch.Tensor | None, vocab_size: int, name: str) -> None:
+    """Fail with a ValueError naming the problem, before an index error deep in torch or a device-side assert."""
+    if ids is not None and (ids.dim() != 2 or ids.shape[0] == 0 or ids.shape[1] == 0):
+        raise ValueError(f"{name} must be a non-empty (batch, length) tensor, got shape {tuple(ids.shape)}")
+    if ids is not None and mask is not None and mask.dim() == 2 and mask.shape != ids.shape:
+        raise ValueError(f"attention mask of {name} has shape {tuple(mask.shape)}, expected {tuple(ids.shape)}")
+    if ids is None or is_torchdynamo_compiling():
+        return
+    if ids.device.type == "cpu":  # no device to sync with: check exactly, now
+        low, high = int(ids.min()), int(ids.max())
+        if low < 0 or high >= vocab_size:
+            raise ValueError(f"{name} holds token id {low if low < 0 else high}, outside [0, vocab_size={vocab_size})")
+    else:  # an accelerator: no host sync on the training step; the flag is read one call later
+        _DEFERRED.check(vocab_size)
+        _DEFERRED.push((ids < 0) | (ids >= vocab_size), name, vocab_size)
+
+
+class _DeferredIdCheck:
+    """Out-of-range ids on an accelerator: copied to the host without a sync, reported at the next call."""
+
+    def __init__(self) -> None:
+        self.pending: list[tuple[torch.Tensor, torch.cuda.Event | None, str, int]] = []
+
+    def push(self, bad: torch.Tensor, name: str, vocab_size: int) -> None:
+        flag = torch.empty((), dtype=torch.bool, pin_memory=bad.device.type == "cuda")
+        flag.copy_(bad.any(), non_blocking=True)
+        event = torch.cuda.Event() if bad.device.type == "cuda" else None
+        if event is not None:
+            event.record()
+        self.pending.append((flag, event, name, vocab_size))
+
+    def check(self, vocab_size: int, wait: bool = False) -> None:
+        keep = []
+        for flag, event, name, size in self.pending:
+            if event is not None and not event.query():
+                if not wait:
+                    keep.append((flag, event, name, size))
+                    continue
+                event.synchronize()
+            if bool(flag):
+                self.pending = []
+                raise ValueError(f"an earlier batch's {name} held token ids outside [0, vocab_size={size})")
+        self.pending = keep
+
+
+_DEFERRED = _DeferredIdCheck()
+
+
+def eager_attention_forward(
+    module: nn.Module,
+    query: torch.Tensor,  # (B, h, T_q, d_k)
+    key: torch.Tensor,  # (B, h, T_k, d_k)
+    value: torch.Tensor,  # (B, h, T_k, d_v)
+    attention_mask: torch.Tensor | None,  # (B, 1, T_q, T_k), 0 or finfo.min
+    scaling: float,
+    dropout: float = 0.0,
+    **kwargs,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """§3.2.1, Eq. 1: Attention(Q, K, V) = softmax(QKᵀ / √d_k) V, written plainly."""
+    scores = torch.matmul(query, key.transpose(-1, -2)) * scaling  # (B, h, T_q, T_k)
+    if attention_mask is not None:
+        scores = scores + attention_mask
+    weights = F.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
+    weights = F.dropout(weights, p=dropout, training=module.training)
+    return torch.matmul(weights, value).transpose(1, 2).contiguous(), weights  # (B, T_q, h, d_v)
+
+
+class VaswaniAttention(nn.Module):
+    """§3.2.2: MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O with head_i = Attention(QW_i^Q, KW_i^K, VW_i^V)."""
+
+    def __init__(self, config: VaswaniConfig, layer_idx: int | None = None, is_causal: bool = False):
+        super().__init__()
+        self.config = config
+        self.layer_idx = layer_idx
+        self.is_causal = is_causal
+        self.h, self.d_k = config.h, config.d_model // config.h
+        self.scaling = self.d_k**-0.5
+        self.dropout = config.attention_dropout
+        self.w_q = nn.Linear(config.d_model, config.d_model)
+        self.w_k = nn.Linear(config.d_model, config.d_model)
+        self.w_v = nn.Linear(config.d_model, config.d_model)
+        self.w_o = nn.Linear(config.d_model, config.d_model)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,  # (B, T_q, d_model)
+        key_value_states: torch.Tensor | None = None,  # (B, T_k, d_model): the encoder output, for cross-attention
+        attention_mask: torch.Tensor | None = None,
+        cache: Cache | None = None,
+        **kwargs,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        is_cross = key_value_states is not None
+        B, T = hidden_states.shape[:2]
+        q = self.w_q(hidden_states).view(B, T, self.h, self.d_k).transpose(1, 2)  # (B, h, T_q, d_k)
+
+        layer_cache, cross_done = cache, False
+        if isinstance(cache, EncoderDecoderCache):
+            layer_cache = cache.cross_attention_cache if is_cross else cache.self_attention_cache
+            cross_done = is_cross and cache.is_updated.get(self.layer_idx, False)
+        if cross_done:  # cross-attention keys/values: computed once per source, then reused
+            k, v = layer_cache.layers[self.layer_idx].keys, layer_cache.layers[self.layer_idx].values
+        else:
+            source = key_value_states if is_cross else hidden_states
+            k = self.w_k(source).view(B, source.shape[1], self.h, self.d_k).transpose(1, 2)  # (B, h, T_k, d_k)
+            v = self.w_v(source).view(B, source.shape[1], self.h, self.d_k).transpose(1, 2)  # (B, h, T_k, d_v)
+            if layer_cache is not None:
+                k, v = layer_cache.update(k, v, self.layer_idx)
+                if is_cross and isinstance(cache, EncoderDecoderCache):
+                    cache.is_updated[self.layer_idx] = True
+
+        attention = ALL_ATTENTION_FUNCTIONS.get_interface(self.config._attn_implementation, eager_attention_forward)
+        out, weights = attention(
+            self,
+            q,
+            k,
+            v,
+            attention_mask,
+            dropout=self.dropout if self.training else 0.0,
+            scaling=self.scaling,
+            **kwargs,
+        )
+        return self.w_o(out.reshape(B, T, -1)), weights  # (B, T_q, d_model)
+
+
+class VaswaniFeedForward(nn.Module):
+    """§3.3, Eq. 2: FFN(x) = max(0, xW_1 + b_1) W_2 + b_2."""
+
+    def __init__(self, config: VaswaniConfig):
+        super().__init__()
+        self.w_1 = nn.Linear(config.d_model, config.d_ff)
+        self.w_2 = nn.Linear(config.d_ff, config.d_model)
+        self.act = ACT2FN[config.activation_function]
+        self.activation_dropout = config.activation_dropout
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        hidden = F.dropout(self.act(self.w_1(x)), p=self.activation_dropout, training=self.training)
+        return self.w_2(hidden)
+
+
+class VaswaniEncoderLayer(GradientCheckpointingLayer):
+    """§3.1: self-attention, then feed-forward, each as LayerNorm(x + Dropout(Sublayer(x)))."""
+
+    def __init__(self, config: VaswaniConfig, layer_idx: int | None = None):
+        super().__init__()
+        self.self_attn = VaswaniAttention(config, layer_idx)
+        self.ffn = VaswaniFeedForward(config)
+        self.norm1 = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.norm2 = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.p_drop)
+
+    def forward(self, x: torch.Tensor, attention_mask: torch.Tensor | None = None, **kwargs) -> torch.Tensor:
+        x = self.norm1(x + self.dropout(self.self_attn(x, attention_mask=attention_mask, **kwargs)[0]))
+        return self.norm2(x + self.dropout(self.ffn(x)))
+
+
+class VaswaniDecoderLayer(GradientCheckpointingLayer):
+    """§3.1: masked self-attention, encoder-decoder attention, feed-forward; each post-norm."""
+
+    def __init__(self, config: VaswaniConfig, layer_idx: int | None = None):
+        super().__init__()
+        self.self_attn = VaswaniAttention(config, layer_idx, is_causal=True)
+        self.cross_attn = VaswaniAttention(config, layer_idx)
+        self.ffn = VaswaniFeedForward(config)
+        self.norm1 = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.norm2 = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.norm3 = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.p_drop)
+
+    def forward(
+        self,
+        x: torch.Tensor,  # (B, T_tgt, d_model)
+        attention_mask: torch.Tensor | None = None,
+        encoder_hidden_states: torch.Tensor | None = None,  # (B, T_src, d_model)
+        encoder_attention_mask: torch.Tensor | None = None,
+        cache: Cache | None = None,
+        **kwargs,
+    ) -> torch.Tensor:
+        x = self.norm1(x + self.dropout(self.self_attn(x, attention_mask=attention_mask, cache=cache, **kwargs)[0]))
+        cross = self.cross_attn(x, encoder_hidden_states, attention_mask=encoder_attention_mask, cache=cache, **kwargs)
+        x = self.norm2(x + self.dropout(cross[0]))
+        return self.norm3(x + self.dropout(self.ffn(x)))
+
+
+class VaswaniPreTrainedModel(PreTrainedModel):
+    config: VaswaniConfig
+    config_class = VaswaniConfig
+    base_model_prefix = "model"
+    supports_gradient_checkpointing = True
+    _no_split_modules = ["VaswaniEncoderLayer", "VaswaniDecoderLayer"]
+    _supports_sdpa = True
+    _supports_flash_attn = True
+    _supports_flex_attn = True
+    _can_compile_fullgraph = True
+
+    def _init_weights(self, module: nn.Module) -> None:
+        """The paper states no initialisation; as fairseq/tensor2tensor: Xavier-uniform, N(0, d_model^-0.5) embeddings."""
+        std = self.config.init_std if hasattr(self.config, "init_std") else None
+        if isinstance(module, nn.Linear):
+            if std is None:
+                init.xavier_uniform_(module.weight)
+            else:
+                init.normal_(module.weight, mean=0.0, std=std)
+            if module.bias is not None:
+                init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            init.normal_(module.weight, mean=0.0, std=self.config.d_model**-0.5 if std is None else std)
+            if module.padding_idx is not None and not getattr(module.weight, "_is_hf_initialized", False):
+                init.zeros_(module.weight[module.padding_idx])
+        elif isinstance(module, nn.LayerNorm):
+            init.ones_(module.weight)
+            init.zeros_(module.bias)
+
+
+class VaswaniEncoder(VaswaniPreTrainedModel):
+    """The encoder stack of §3.1: N identical layers over scaled embeddings plus sinusoids."""
+
+    _can_record_outputs = {"hidden_states": VaswaniEncoderLayer, "attentions": VaswaniAttention}
+
+    def __init__(self, config: VaswaniConfig):
+        super().__init__(config)
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model, config.pad_token_id)
+        self.embed_scale = math.sqrt(config.d_model)  # §3.4: "we multiply those weights by √d_model"
+        self.layers = nn.ModuleList([VaswaniEncoderLayer(config, i) for i in range(config.encoder_layers)])
+        self.post_init()
+
+    @merge_with_config_defaults
+    @capture_outputs
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,  # (B, T_src)
+        attention_mask: torch.Tensor | None = None,  # (B, T_src), 1 = token, 0 = padding
+        inputs_embeds: torch.Tensor | None = None,  # (B, T_src, d_model), already scaled
+        **kwargs,
+    ) -> BaseModelOutput:
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("pass exactly one of input_ids or inputs_embeds")
+        check_inputs(input_ids, attention_mask, self.config.vocab_size, "input_ids")
+        if inputs_embeds is None:
+            inputs_embeds = self.embed_tokens(input_ids) * self.embed_scale
+        elif inputs_embeds.shape[0] == 0:
+            raise ValueError("inputs_embeds is an empty batch")
+        positions = torch.arange(inputs_embeds.shape[1], device=inputs_embeds.device)
+        x = inputs_embeds + sinusoids(positions, self.config.d_model).to(inputs_embeds.dtype)
+        x = F.dropout(x, p=self.config.p_drop, training=self.training)  # §5.4: dropout on the sums
+        mask = create_bidirectional_mask(config=self.config, inputs_embeds=x, attention_mask=attention_mask)
+        for layer in self.layers:
+            x = layer(x, mask, **kwargs)
+        return BaseModelOutput(last_hidden_state=x)  # no final LayerNorm: post-norm
+
+
+class VaswaniDecoder(VaswaniPreTrainedModel):
+    """The decoder stack of §3.1: masked self-attention so position i sees only positions < i+1."""
+
+    _can_record_outputs = {
+        "hidden_states": VaswaniDecoderLayer,
+        "attentions": OutputRecorder(VaswaniAttention, index=1, layer_name="self_attn"),
+        "cross_attentions": OutputRecorder(VaswaniAttention, index=1, layer_name="cross_attn"),
+    }
+
+    def __init__(self, config: VaswaniConfig):
+        super().__init__(config)
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model, config.pad_token_id)
+        self.embed_scale = math.sqrt(config.d_model)
+        self.layers = nn.ModuleList([VaswaniDecoderLayer(config, i) for i in range(config.decoder_layers)])
+        self.post_init()
+
+    @merge_with_config_defaults
+    @capture_outputs
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,  # (B, T_tgt)
+        attention_mask: torch.Tensor | None = None,  # (B, T_past + T_tgt)
+        encoder_hidden_states: torch.Tensor | None = None,  # (B, T_src, d_model)
+        encoder_attention_mask: torch.Tensor | None = None,  # (B, T_src)
+        cache: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        use_cache: bool | None = None,
+        **kwargs,
+    ) -> BaseModelOutputWithPastAndCrossAttentions:
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("pass exactly one of decoder_input_ids or decoder_inputs_embeds")
+        check_inputs(input_ids, None, self.config.vocab_size, "decoder_input_ids")
+        if inputs_embeds is None:
+            inputs_embeds = self.embed_tokens(input_ids) * self.embed_scale
+        if use_cache and cache is None:
+            cache = EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
+        B, T = inputs_embeds.shape[:2]
+        past = cache.get_seq_length() if cache is not None else 0
+        if attention_mask is None and not is_torchdynamo_compiling():
+            attention_mask = torch.ones(B, past + T, device=inputs_embeds.device, dtype=torch.long)
+        self_cache = cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache
+        causal_mask = create_causal_mask(
+            config=self.config, inputs_embeds=inputs_embeds, attention_mask=attention_mask, cache=self_cache
+        )
+        cross_mask = create_bidirectional_mask(
+            config=self.config,
+            inputs_embeds=inputs_embeds,
+            attention_mask=encoder_attention_mask,
+            encoder_hidden_states=encoder_hidden_states,
+        )
+        positions = torch.arange(past, past + T, device=inputs_embeds.device)
+        x = inputs_embeds + sinusoids(positions, self.config.d_model).to(inputs_embeds.dtype)
+        x = F.dropout(x, p=self.config.p_drop, training=self.training)
+        for layer in self.layers:
+            x = layer(x, causal_mask, encoder_hidden_states, encoder_attention_mask=cross_mask, cache=cache, **kwargs)
+        return BaseModelOutputWithPastAndCrossAttentions(last_hidden_state=x, cache=cache)
+
+
+class VaswaniModel(VaswaniPreTrainedModel):
+    """The bare encoder-decoder (§3.1): decoder states, no output projection."""
+
+    _tied_weights_keys = {
+        "encoder.embed_tokens.weight": "shared.weight",
+        "decoder.embed_tokens.weight": "shared.weight",
+    }
+
+    def __init__(self, config: VaswaniConfig):
+        super().__init__(config)
+        self.shared = nn.Embedding(config.vocab_size, config.d_model, config.pad_token_id)
+        self.encoder = VaswaniEncoder(config)
+        self.decoder = VaswaniDecoder(config)
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.shared
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        self.shared = self.encoder.embed_tokens = self.decoder.embed_tokens = value
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        decoder_input_ids: torch.LongTensor | None = None,
+        decoder_attention_mask: torch.Tensor | None = None,
+        encoder_outputs: tuple | BaseModelOutput | None = None,
+        cache: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        decoder_inputs_embeds: torch.Tensor | None = None,
+        use_cache: bool | None = None,
+        **kwargs,
+    ) -> Seq2SeqModelOutput:
+        if encoder_outputs is None:
+            encoder_outputs = self.encoder(
+                input_ids=input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds, **kwargs
+            )
+        elif not isinstance(encoder_outputs, BaseModelOutput):
+            encoder_outputs = BaseModelOutput(*encoder_outputs)
+        decoder_outputs = self.decoder(
+            input_ids=decoder_input_ids,
+            attention_mask=decoder_attention_mask,
+            encoder_hidden_states=encoder_outputs.last_hidden_state,
+            encoder_attention_mask=attention_mask,
+            cache=cache,
+            inputs_embeds=decoder_inputs_embeds,
+            use_cache=use_cache,
+            **kwargs,
+        )
+        return Seq2SeqModelOutput(
+            last_hidden_state=decoder_outputs.last_hidden_state,
+            cache=decoder_outputs.cache,
+            decoder_hidden_states=decoder_outputs.hidden_states,
+            decoder_attentions=decoder_outputs.attentions,
+            cross_attentions=decoder_outputs.cross_attentions,
+            encoder_last_hidden_state=encoder_outputs.last_hidden_state,
+            encoder_hidden_states=encoder_outputs.hidden_states,
+            encoder_attentions=encoder_outputs.attentions,
+        )
+
+
+@dataclass
+class VaswaniSeq2SeqLMOutput(Seq2SeqLMOutput):
+    """`loss` is the label-smoothed loss (§5.4) that training minimises; `nll_loss` the plain NLL per token."""
+
+    nll_loss: torch.FloatTensor | None = None
+
+
+class _SourceLengthCriteria(StoppingCriteria):
+    """§6.1: stop a sentence after |source| + extra output tokens (batch rows grouped per source, as generate does)."""
+
+    def __init__(self, max_new: torch.Tensor):
+        self.max_new = max_new  # (B,)
+        self.start: int | None = None
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor | None, **kwargs) -> torch.BoolTensor:
+        if self.start is None:  # first call: one new token after the decoder prompt
+            self.start = input_ids.shape[1] - 1
+        limit = self.max_new.to(input_ids.device).repeat_interleave(input_ids.shape[0] // self.max_new.shape[0])
+        return (input_ids.shape[1] - self.start) >= limit
+
+
+class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
+    """The full model: encoder-decoder, tied pre-softmax linear (§3.4), label-smoothed loss, paper decoding."""
+
+    _tied_weights_keys = {
+        "lm_head.weight": "model.shared.weight",
+        "model.encoder.embed_tokens.weight": "model.shared.weight",
+        "model.decoder.embed_tokens.weight": "model.shared.weight",
+    }
+
+    def __init__(self, config: VaswaniConfig):
+        super().__init__(config)
+        self.model = VaswaniModel(config)
+        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)  # no logits bias in the paper
+        self.post_init()
+        self.generation_config.update(**PAPER_GENERATION, allow_custom_entries=True)
+        self.generation_config._from_model_config = False  # else from_pretrained drops the custom entries above
+
+    def get_output_embeddings(self) -> nn.Linear:
+        return self.lm_head
+
+    def set_output_embeddings(self, new_embeddings: nn.Linear) -> None:
+        self.lm_head = new_embeddings
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        decoder_input_ids: torch.LongTensor | None = None,
+        decoder_attention_mask: torch.Tensor | None = None,
+        encoder_outputs: tuple | BaseModelOutput | None = None,
+        cache: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        decoder_inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,  # (B, T_tgt), -100 = ignored
+        use_cache: bool | None = None,
+        label_smoothing: float | None = None,  # ε_ls, defaults to config.label_smoothing; 0 gives plain NLL
+        num_items_in_batch: int | torch.Tensor | None = None,  # target tokens over accumulation steps (Trainer)
+        **kwargs,
+    ) -> VaswaniSeq2SeqLMOutput:
+        if labels is not None:
+            use_cache = False
+            if decoder_input_ids is None and decoder_inputs_embeds is None:
+                decoder_input_ids = self.prepare_decoder_input_ids_from_labels(labels)
+        outputs = self.model(
+            input_ids,
+            attention_mask=attention_mask,
+            decoder_input_ids=decoder_input_ids,
+            decoder_attention_mask=decoder_attention_mask,
+            encoder_outputs=encoder_outputs,
+            cache=cache,
+            inputs_embeds=inputs_embeds,
+            decoder_inputs_embeds=decoder_inputs_embeds,
+            use_cache=use_cache,
+            **kwargs,
+        )
+        logits = self.lm_head(outputs.last_hidden_state)  # (B, T_tgt, vocab)
+        loss = nll_loss = None
+        if labels is not None:
+            eps = self.config.label_smoothing if label_smoothing is None else label_smoothing
+            loss, nll_loss = self.loss_function(logits, labels, eps, num_items_in_batch)
+        return VaswaniSeq2SeqLMOutput(
+            loss=loss,
+            logits=logits,
+            cache=outputs.cache,
+            decoder_hidden_states=outputs.decoder_hidden_states,
+            decoder_attentions=outputs.decoder_attentions,
+            cross_attentions=outputs.cross_attentions,
+            encoder_last_hidden_state=outputs.encoder_last_hidden_state,
+            encoder_hidden_states=outputs.encoder_hidden_states,
+            encoder_attentions=outputs.encoder_attentions,
+            nll_loss=nll_loss,
+        )
+
+    @property
+    def loss_function(self) -> Callable:
+        return label_smoothed_nll_loss
+
+    def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
+        return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
+
+    # ---- §6.1 decoding: source-relative maximum length and the GNMT length penalty ----
+
+    def generate(self, inputs: torch.Tensor | None = None, generation_config: GenerationConfig | None = None, **kwargs):
+        """`GenerationMixin.generate`, plus the paper's rules: at most |source| + `max_length_over_source` tokens
+        per sentence unless `max_length`/`max_new_tokens` is given, and `length_penalty_rule` "gnmt"/"transformers".
+        """
+        config = generation_config if generation_config is not None else self.generation_config
+        rule = kwargs.get("length_penalty_rule", getattr(config, "length_penalty_rule", "transformers"))
+        if rule not in ("gnmt", "transformers"):
+            raise ValueError(f"length_penalty_rule must be 'gnmt' or 'transformers', got {rule!r}")
+        extra = kwargs.get("max_length_over_source", getattr(config, "max_length_over_source", None))
+        ids = inputs if inputs is not None else kwargs.get("input_ids")
+        length_given = any(kwargs.get(k) is not None for k in ("max_length", "max_new_tokens")) or (
+            generation_config is not None and (config.max_length is not None or config.max_new_tokens is not None)
+        )
+        if extra is not None and not length_given and isinstance(ids, torch.Tensor) and ids.dim() == 2:
+            mask = kwargs.get("attention_mask")
+            source_len = mask.sum(-1) if mask is not None else ids.ne(self.config.pad_token_id).sum(-1)
+            kwargs["max_new_tokens"] = int(source_len.max()) + extra  # one sync per call, none per step
+            criteria = StoppingCriteriaList(kwargs.get("stopping_criteria") or [])
+            criteria.append(_SourceLengthCriteria(source_len + extra))
+            kwargs["stopping_criteria"] = criteria
+        return super().generate(inputs, generation_config, **kwargs)
+
+    def _beam_search(self, input_ids, logits_processor, stopping_criteria, generation_config, **kwargs):
+        self._gnmt_alpha = (
+            generation_config.length_penalty
+            if getattr(generation_config, "length_penalty_rule", "transformers") == "gnmt"
+            else None
+        )
+        try:
+            return super()._beam_search(input_ids, logits_processor, stopping_criteria, generation_config, **kwargs)
+        finally:
+            self._gnmt_alpha = None
+
+    def _update_finished_beams(self, *, topk_log_probs, cur_len, decoder_prompt_len, length_penalty, **kwargs):
+        alpha = getattr(self, "_gnmt_alpha", None)
+        if alpha is not None:  # GNMT: score(Y) = log P(Y|X) / ((5 + |Y|) / 6)^α
+            topk_log_probs = topk_log_probs / gnmt_length_penalty(cur_len + 1 - decoder_prompt_len, alpha)
+            length_penalty = 0.0  # the base class divides by |Y|^0 = 1
+        return super()._update_finished_beams(
+            topk_log_probs=topk_log_probs,
+            cur_len=cur_len,
+            decoder_prompt_len=decoder_prompt_len,
+            length_penalty=length_penalty,
+            **kwargs,
+        )
+
+    def _check_early_stop_heuristic(
+        self, *, running_beam_scores, cur_len, max_length, decoder_prompt_len, early_stopping, length_penalty, **kwargs
+    ):
+        alpha = getattr(self, "_gnmt_alpha", None)
+        if alpha is not None:  # bound the best live beam with the GNMT penalty at its most favourable length
+            longest = max_length - decoder_prompt_len if early_stopping == "never" else cur_len - decoder_prompt_len
+            running_beam_scores = running_beam_scores / gnmt_length_penalty(longest, alpha)
+            length_penalty = 0.0
+        return GenerationMixin._check_early_stop_heuristic(
+            running_beam_scores=running_beam_scores,
+            cur_len=cur_len,
+            max_length=max_length,
+            decoder_prompt_len=decoder_prompt_len,
+            early_stopping=early_stopping,
+            length_penalty=length_penalty,
+            **kwargs,
+        )
+
+
+def gnmt_length_penalty(length: int | torch.Tensor, alpha: float) -> float | torch.Tensor:
+    """lp(Y) = ((5 + |Y|) / (5 + 1))^α (Wu et al., 2016, Eq. 14), the rule §6.1 uses with α = 0.6."""
+    return ((5.0 + length) / 6.0) ** alpha
+
+
+def label_smoothed_nll_loss(
+    logits: torch.Tensor,  # (B, T, vocab)
+    labels: torch.Tensor,  # (B, T), -100 = ignored
+    epsilon: float,
+    num_items_in_batch: int | torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """§5.4 label smoothing: (1 - ε_ls)·NLL + ε_ls·(mean over the vocabulary of -log p), per target token.
+
+    Returns (smoothed loss, plain NLL). Both are divided by `num_items_in_batch` when given (the target tokens of
+    all accumulation steps, as Trainer passes it), else by this batch's target tokens.
+    """
+    if labels.shape != logits.shape[:-1]:
+        raise ValueError(f"labels have shape {tuple(labels.shape)}, expected {tuple(logits.shape[:-1])}")
+    log_probs = F.log_softmax(logits.float(), dim=-1)  # (B, T, vocab), fp32
+    keep = labels.ne(-100)
+    target = labels.masked_fill(~keep, 0).unsqueeze(-1)
+    nll = -log_probs.gather(-1, target).squeeze(-1).masked_fill(~keep, 0.0).sum()
+    smooth = -log_probs.mean(-1).masked_fill(~keep, 0.0).sum() if epsilon > 0 else nll.new_zeros(())
+    denom = keep.sum() if num_items_in_batch is None else num_items_in_batch
+    if isinstance(denom, torch.Tensor):
+        denom = denom.to(nll.device).clamp(min=1)
+    else:
+        denom = max(denom, 1)
+    return ((1.0 - epsilon) * nll + epsilon * smooth) / denom, nll / denom
+
+
+__all__ = [
+    "VaswaniPreTrainedModel",
+    "VaswaniModel",
+    "VaswaniForConditionalGeneration",
+    "VaswaniSeq2SeqLMOutput",
+    "gnmt_length_penalty",
+    "label_smoothed_nll_loss",
+    "sinusoids",
+]

@@ -1,0 +1,59 @@
+"""Build a model from a named configuration, save it, reload it through the Auto classes and decode.
+
+The smallest end-to-end check that the package works where it is installed: no data, no network.
+
+    python -m training.demo                                  # tiny preset, CPU, a few seconds
+    python -m training.demo --config configuration/base.json --output_dir runs/base-untrained
+"""
+
+import argparse
+import time
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForSeq2SeqLM
+
+import modeling_vaswani
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", default="configuration/tiny.json", help="a named configuration JSON")
+    parser.add_argument("--output_dir", default="runs/demo", help="where the model folder is written")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing, non-empty output_dir")
+    parser.add_argument("--seed", type=int, default=0, help="seed for the random initial weights and inputs")
+    args = parser.parse_args(argv)
+
+    out = Path(args.output_dir)
+    if out.exists() and any(out.iterdir()) and not args.overwrite:
+        parser.error(f"--output_dir {out} exists and is not empty; pass --overwrite to replace it")
+
+    torch.manual_seed(args.seed)
+    config = modeling_vaswani.VaswaniConfig.from_json_file(args.config)
+    model = modeling_vaswani.VaswaniForConditionalGeneration(config).eval()
+    n_params = sum(p.numel() for p in model.parameters())
+    print(f"built {args.config}: d_model={config.d_model} N={config.encoder_layers} h={config.h} "
+          f"d_ff={config.d_ff} vocab={config.vocab_size}, {n_params:,} parameters")
+
+    model.save_pretrained(out)
+    print(f"saved to {out}: {sorted(p.name for p in out.iterdir())}")
+
+    reloaded = AutoModelForSeq2SeqLM.from_pretrained(out).eval()
+    source = torch.randint(3, config.vocab_size, (2, 6))
+    source[1, 4:] = config.pad_token_id
+    mask = source.ne(config.pad_token_id).long()
+    start = time.perf_counter()
+    with torch.no_grad():
+        ours, theirs = model.generate(input_ids=source, attention_mask=mask), reloaded.generate(
+            input_ids=source, attention_mask=mask
+        )
+    if not torch.equal(ours, theirs):
+        raise SystemExit("the reloaded model decodes differently from the saved one")
+    print(f"reloaded with AutoModelForSeq2SeqLM ({type(reloaded).__name__}); beam-4 decoding of 2 random sources "
+          f"took {time.perf_counter() - start:.2f}s and matches:")
+    for row in theirs.tolist():
+        print("  ", row)
+
+
+if __name__ == "__main__":
+    main()
