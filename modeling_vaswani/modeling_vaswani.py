@@ -27,8 +27,12 @@ from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
 from transformers.generation.stopping_criteria import StoppingCriteria, StoppingCriteriaList
 from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
 from transformers.modeling_layers import GradientCheckpointingLayer
-from transformers.modeling_outputs import BaseModelOutput, BaseModelOutputWithPastAndCrossAttentions
-from transformers.modeling_outputs import Seq2SeqLMOutput, Seq2SeqModelOutput
+from transformers.modeling_outputs import (
+    BaseModelOutput,
+    BaseModelOutputWithPastAndCrossAttentions,
+    Seq2SeqLMOutput,
+    Seq2SeqModelOutput,
+)
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.utils import can_return_tuple, is_torchdynamo_compiling, logging
 from transformers.utils.generic import merge_with_config_defaults
@@ -251,9 +255,18 @@ class VaswaniPreTrainedModel(PreTrainedModel):
     supports_gradient_checkpointing = True
     _no_split_modules = ["VaswaniEncoderLayer", "VaswaniDecoderLayer"]
     _supports_sdpa = True
-    _supports_flash_attn = True
     _supports_flex_attn = True
     _can_compile_fullgraph = True
+
+    def save_pretrained(self, save_directory, *args, **kwargs) -> None:
+        """`PreTrainedModel.save_pretrained`; when the code files travel along, `auto_map` names both Auto classes."""
+        if self._auto_class is not None:
+            self.config.auto_map = {
+                **(getattr(self.config, "auto_map", None) or {}),
+                "AutoModel": "modeling_vaswani.VaswaniModel",
+                "AutoModelForSeq2SeqLM": "modeling_vaswani.VaswaniForConditionalGeneration",
+            }
+        return super().save_pretrained(save_directory, *args, **kwargs)
 
     def _init_weights(self, module: nn.Module) -> None:
         """The paper states no initialisation; as fairseq/tensor2tensor: Xavier-uniform, N(0, d_model^-0.5) embeddings."""

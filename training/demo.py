@@ -32,8 +32,10 @@ def main(argv: list[str] | None = None) -> None:
     config = modeling_vaswani.VaswaniConfig.from_json_file(args.config)
     model = modeling_vaswani.VaswaniForConditionalGeneration(config).eval()
     n_params = sum(p.numel() for p in model.parameters())
-    print(f"built {args.config}: d_model={config.d_model} N={config.encoder_layers} h={config.h} "
-          f"d_ff={config.d_ff} vocab={config.vocab_size}, {n_params:,} parameters")
+    print(
+        f"built {args.config}: d_model={config.d_model} N={config.encoder_layers} h={config.h} "
+        f"d_ff={config.d_ff} vocab={config.vocab_size}, {n_params:,} parameters"
+    )
 
     model.save_pretrained(out)
     print(f"saved to {out}: {sorted(p.name for p in out.iterdir())}")
@@ -44,13 +46,16 @@ def main(argv: list[str] | None = None) -> None:
     mask = source.ne(config.pad_token_id).long()
     start = time.perf_counter()
     with torch.no_grad():
-        ours, theirs = model.generate(input_ids=source, attention_mask=mask), reloaded.generate(
-            input_ids=source, attention_mask=mask
+        ours, theirs = (
+            model.generate(input_ids=source, attention_mask=mask),
+            reloaded.generate(input_ids=source, attention_mask=mask),
         )
     if not torch.equal(ours, theirs):
         raise SystemExit("the reloaded model decodes differently from the saved one")
-    print(f"reloaded with AutoModelForSeq2SeqLM ({type(reloaded).__name__}); beam-4 decoding of 2 random sources "
-          f"took {time.perf_counter() - start:.2f}s and matches:")
+    print(
+        f"reloaded with AutoModelForSeq2SeqLM ({type(reloaded).__name__}); beam-4 decoding of 2 random sources "
+        f"took {time.perf_counter() - start:.2f}s and matches:"
+    )
     for row in theirs.tolist():
         print("  ", row)
 
