@@ -65,49 +65,58 @@ def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_to
     return shifted.masked_fill_(shifted == -100, pad_token_id)
 
 
-def check_inputs(ids: torch.Tensor | None, mask: torch.Tensor | None, vocab_size: int, name: str) -> None:
-    """Fail with a ValueError naming the problem, before an index error deep in torch or a device-side assert."""
+def check_shapes(ids: torch.Tensor | None, mask: torch.Tensor | None, name: str) -> None:
+    """An empty batch or a mask of another shape fails here, with its name, not deep inside torch."""
     if ids is not None and (ids.dim() != 2 or ids.shape[0] == 0 or ids.shape[1] == 0):
         raise ValueError(f"{name} must be a non-empty (batch, length) tensor, got shape {tuple(ids.shape)}")
     if ids is not None and mask is not None and mask.dim() == 2 and mask.shape != ids.shape:
-        raise ValueError(f"attention mask of {name} has shape {tuple(mask.shape)}, expected {tuple(ids.shape)}")
-    if ids is None or is_torchdynamo_compiling():
-        return
-    if ids.device.type == "cpu":  # no device to sync with: check exactly, now
-        low, high = int(ids.min()), int(ids.max())
-        if low < 0 or high >= vocab_size:
-            raise ValueError(f"{name} holds token id {low if low < 0 else high}, outside [0, vocab_size={vocab_size})")
-    else:  # an accelerator: no host sync on the training step; the flag is read one call later
-        _DEFERRED.check(vocab_size)
-        _DEFERRED.push((ids < 0) | (ids >= vocab_size), name, vocab_size)
+        raise ValueError(f"the attention mask of {name} has shape {tuple(mask.shape)}, expected {tuple(ids.shape)}")
+
+
+def check_token_ids(ids: torch.Tensor, vocab_size: int, name: str, ignore_index: int | None = None) -> torch.Tensor:
+    """Token ids outside [0, vocab_size) raise a ValueError naming `name`, never an index error or a device assert.
+
+    On the CPU, and on an accelerator outside training, the check is exact and immediate. A training step on an
+    accelerator must not wait for the host, so there the ids are checked on the device, bad ids are replaced by 0
+    for this call (no device-side assert), and the ValueError is raised by the next call, once the flag has
+    reached the host without a sync.
+    """
+    if is_torchdynamo_compiling():
+        return ids
+    bad = (ids < 0) | (ids >= vocab_size)
+    if ignore_index is not None:
+        bad &= ids != ignore_index
+    if ids.device.type == "cpu" or not torch.is_grad_enabled():
+        if bad.any():
+            raise ValueError(f"{name} holds token id {ids[bad][0].item()}, outside [0, vocab_size={vocab_size})")
+        return ids
+    _DEFERRED.raise_if_flagged()
+    _DEFERRED.push(bad.any(), name, vocab_size)
+    return ids.masked_fill(bad, 0)
 
 
 class _DeferredIdCheck:
-    """Out-of-range ids on an accelerator: copied to the host without a sync, reported at the next call."""
+    """Flags of out-of-range ids, copied device → host without a sync and read when they have arrived."""
 
     def __init__(self) -> None:
         self.pending: list[tuple[torch.Tensor, torch.cuda.Event | None, str, int]] = []
 
-    def push(self, bad: torch.Tensor, name: str, vocab_size: int) -> None:
-        flag = torch.empty((), dtype=torch.bool, pin_memory=bad.device.type == "cuda")
-        flag.copy_(bad.any(), non_blocking=True)
-        event = torch.cuda.Event() if bad.device.type == "cuda" else None
+    def push(self, flag: torch.Tensor, name: str, vocab_size: int) -> None:
+        on_cuda = flag.device.type == "cuda"
+        host = torch.empty((), dtype=torch.bool, pin_memory=on_cuda)
+        host.copy_(flag, non_blocking=True)
+        event = torch.cuda.Event() if on_cuda else None
         if event is not None:
             event.record()
-        self.pending.append((flag, event, name, vocab_size))
+        self.pending.append((host, event, name, vocab_size))
 
-    def check(self, vocab_size: int, wait: bool = False) -> None:
-        keep = []
-        for flag, event, name, size in self.pending:
-            if event is not None and not event.query():
-                if not wait:
-                    keep.append((flag, event, name, size))
-                    continue
-                event.synchronize()
-            if bool(flag):
+    def raise_if_flagged(self) -> None:
+        arrived = [p for p in self.pending if p[1] is None or p[1].query()]
+        self.pending = [p for p in self.pending if p not in arrived]
+        for host, _, name, size in arrived:
+            if bool(host):
                 self.pending = []
-                raise ValueError(f"an earlier batch's {name} held token ids outside [0, vocab_size={size})")
-        self.pending = keep
+                raise ValueError(f"a previous call's {name} held token ids outside [0, vocab_size={size})")
 
 
 _DEFERRED = _DeferredIdCheck()
@@ -310,8 +319,9 @@ class VaswaniEncoder(VaswaniPreTrainedModel):
     ) -> BaseModelOutput:
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("pass exactly one of input_ids or inputs_embeds")
-        check_inputs(input_ids, attention_mask, self.config.vocab_size, "input_ids")
+        check_shapes(input_ids, attention_mask, "input_ids")
         if inputs_embeds is None:
+            input_ids = check_token_ids(input_ids, self.config.vocab_size, "input_ids")
             inputs_embeds = self.embed_tokens(input_ids) * self.embed_scale
         elif inputs_embeds.shape[0] == 0:
             raise ValueError("inputs_embeds is an empty batch")
@@ -355,13 +365,15 @@ class VaswaniDecoder(VaswaniPreTrainedModel):
     ) -> BaseModelOutputWithPastAndCrossAttentions:
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("pass exactly one of decoder_input_ids or decoder_inputs_embeds")
-        check_inputs(input_ids, None, self.config.vocab_size, "decoder_input_ids")
-        if inputs_embeds is None:
-            inputs_embeds = self.embed_tokens(input_ids) * self.embed_scale
+        check_shapes(input_ids, None, "decoder_input_ids")
         if use_cache and cache is None:
             cache = EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
-        B, T = inputs_embeds.shape[:2]
         past = cache.get_seq_length() if cache is not None else 0
+        if inputs_embeds is None:
+            if past == 0:  # later decoding steps feed back the model's own (valid) predictions
+                input_ids = check_token_ids(input_ids, self.config.vocab_size, "decoder_input_ids")
+            inputs_embeds = self.embed_tokens(input_ids) * self.embed_scale
+        B, T = inputs_embeds.shape[:2]
         if attention_mask is None and not is_torchdynamo_compiling():
             attention_mask = torch.ones(B, past + T, device=inputs_embeds.device, dtype=torch.long)
         self_cache = cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache
@@ -507,6 +519,8 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
         **kwargs,
     ) -> VaswaniSeq2SeqLMOutput:
         if labels is not None:
+            check_shapes(labels, None, "labels")
+            labels = check_token_ids(labels, self.config.vocab_size, "labels", ignore_index=-100)
             use_cache = False
             if decoder_input_ids is None and decoder_inputs_embeds is None:
                 decoder_input_ids = self.prepare_decoder_input_ids_from_labels(labels)
