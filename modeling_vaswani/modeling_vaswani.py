@@ -35,6 +35,7 @@ from transformers.modeling_outputs import (
 )
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.utils import can_return_tuple, is_torchdynamo_compiling, logging
+from transformers.utils.deprecation import deprecate_kwarg
 from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
@@ -65,15 +66,22 @@ def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_to
     return shifted.masked_fill_(shifted == -100, pad_token_id)
 
 
-def check_shapes(ids: torch.Tensor | None, mask: torch.Tensor | None, name: str) -> None:
-    """An empty batch or a mask of another shape fails here, with its name, not deep inside torch."""
+def check_shapes(ids: torch.Tensor | None, mask: torch.Tensor | None, name: str, past: int = 0) -> None:
+    """An empty batch or a mask of another shape fails here, with its name, not deep inside torch.
+
+    A 2-D mask must be (batch, past + length); a 4-D mask is taken as a ready-made attention mask.
+    """
     if ids is not None and (ids.dim() != 2 or ids.shape[0] == 0 or ids.shape[1] == 0):
         raise ValueError(f"{name} must be a non-empty (batch, length) tensor, got shape {tuple(ids.shape)}")
-    if ids is not None and mask is not None and mask.dim() == 2 and mask.shape != ids.shape:
-        raise ValueError(f"the attention mask of {name} has shape {tuple(mask.shape)}, expected {tuple(ids.shape)}")
+    if ids is not None and mask is not None and mask.dim() != 4:
+        expected = (ids.shape[0], past + ids.shape[1])
+        if tuple(mask.shape) != expected:
+            raise ValueError(f"the attention mask of {name} has shape {tuple(mask.shape)}, expected {expected}")
 
 
-def check_token_ids(ids: torch.Tensor, vocab_size: int, name: str, ignore_index: int | None = None) -> torch.Tensor:
+def check_token_ids(
+    module: nn.Module, ids: torch.Tensor, vocab_size: int, name: str, ignore_index: int | None = None
+) -> torch.Tensor:
     """Token ids outside [0, vocab_size) raise a ValueError naming `name`, never an index error or a device assert.
 
     On the CPU, and on an accelerator outside training, the check is exact and immediate. A training step on an
@@ -90,8 +98,10 @@ def check_token_ids(ids: torch.Tensor, vocab_size: int, name: str, ignore_index:
         if bad.any():
             raise ValueError(f"{name} holds token id {ids[bad][0].item()}, outside [0, vocab_size={vocab_size})")
         return ids
-    _DEFERRED.raise_if_flagged()
-    _DEFERRED.push(bad.any(), name, vocab_size)
+    if "_id_flags" not in module.__dict__:
+        module._id_flags = _DeferredIdCheck()
+    module._id_flags.raise_if_flagged()
+    module._id_flags.push(bad.any(), name, vocab_size)
     return ids.masked_fill(bad, 0)
 
 
@@ -119,9 +129,6 @@ class _DeferredIdCheck:
                 raise ValueError(f"a previous call's {name} held token ids outside [0, vocab_size={size})")
 
 
-_DEFERRED = _DeferredIdCheck()
-
-
 def eager_attention_forward(
     module: nn.Module,
     query: torch.Tensor,  # (B, h, T_q, d_k)
@@ -139,6 +146,17 @@ def eager_attention_forward(
     weights = F.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
     weights = F.dropout(weights, p=dropout, training=module.training)
     return torch.matmul(weights, value).transpose(1, 2).contiguous(), weights  # (B, T_q, h, d_v)
+
+
+class VaswaniScaledEmbedding(nn.Embedding):
+    """§3.4: "In the embedding layers, we multiply those weights by √d_model"; the output layer uses them unscaled."""
+
+    def __init__(self, num_embeddings: int, embedding_dim: int, padding_idx: int | None = None):
+        super().__init__(num_embeddings, embedding_dim, padding_idx)
+        self.scale = math.sqrt(embedding_dim)
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return super().forward(input_ids) * self.scale  # (B, T, d_model)
 
 
 class VaswaniAttention(nn.Module):
@@ -303,8 +321,7 @@ class VaswaniEncoder(VaswaniPreTrainedModel):
 
     def __init__(self, config: VaswaniConfig):
         super().__init__(config)
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model, config.pad_token_id)
-        self.embed_scale = math.sqrt(config.d_model)  # §3.4: "we multiply those weights by √d_model"
+        self.embed_tokens = VaswaniScaledEmbedding(config.vocab_size, config.d_model, config.pad_token_id)
         self.layers = nn.ModuleList([VaswaniEncoderLayer(config, i) for i in range(config.encoder_layers)])
         self.post_init()
 
@@ -314,17 +331,18 @@ class VaswaniEncoder(VaswaniPreTrainedModel):
         self,
         input_ids: torch.LongTensor | None = None,  # (B, T_src)
         attention_mask: torch.Tensor | None = None,  # (B, T_src), 1 = token, 0 = padding
-        inputs_embeds: torch.Tensor | None = None,  # (B, T_src, d_model), already scaled
+        inputs_embeds: torch.Tensor | None = None,  # (B, T_src, d_model), as embed_tokens gives them (scaled)
         **kwargs,
     ) -> BaseModelOutput:
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("pass exactly one of input_ids or inputs_embeds")
         check_shapes(input_ids, attention_mask, "input_ids")
         if inputs_embeds is None:
-            input_ids = check_token_ids(input_ids, self.config.vocab_size, "input_ids")
-            inputs_embeds = self.embed_tokens(input_ids) * self.embed_scale
+            input_ids = check_token_ids(self, input_ids, self.config.vocab_size, "input_ids")
+            inputs_embeds = self.embed_tokens(input_ids)
         elif inputs_embeds.shape[0] == 0:
             raise ValueError("inputs_embeds is an empty batch")
+        kwargs.pop("use_cache", None)  # the encoder keeps no cache
         positions = torch.arange(inputs_embeds.shape[1], device=inputs_embeds.device)
         x = inputs_embeds + sinusoids(positions, self.config.d_model).to(inputs_embeds.dtype)
         x = F.dropout(x, p=self.config.p_drop, training=self.training)  # §5.4: dropout on the sums
@@ -345,13 +363,13 @@ class VaswaniDecoder(VaswaniPreTrainedModel):
 
     def __init__(self, config: VaswaniConfig):
         super().__init__(config)
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model, config.pad_token_id)
-        self.embed_scale = math.sqrt(config.d_model)
+        self.embed_tokens = VaswaniScaledEmbedding(config.vocab_size, config.d_model, config.pad_token_id)
         self.layers = nn.ModuleList([VaswaniDecoderLayer(config, i) for i in range(config.decoder_layers)])
         self.post_init()
 
     @merge_with_config_defaults
     @capture_outputs
+    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,  # (B, T_tgt)
@@ -365,14 +383,14 @@ class VaswaniDecoder(VaswaniPreTrainedModel):
     ) -> BaseModelOutputWithPastAndCrossAttentions:
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("pass exactly one of decoder_input_ids or decoder_inputs_embeds")
-        check_shapes(input_ids, None, "decoder_input_ids")
         if use_cache and cache is None:
             cache = EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
         past = cache.get_seq_length() if cache is not None else 0
+        check_shapes(input_ids, attention_mask, "decoder_input_ids", past)
         if inputs_embeds is None:
             if past == 0:  # later decoding steps feed back the model's own (valid) predictions
-                input_ids = check_token_ids(input_ids, self.config.vocab_size, "decoder_input_ids")
-            inputs_embeds = self.embed_tokens(input_ids) * self.embed_scale
+                input_ids = check_token_ids(self, input_ids, self.config.vocab_size, "decoder_input_ids")
+            inputs_embeds = self.embed_tokens(input_ids)
         B, T = inputs_embeds.shape[:2]
         if attention_mask is None and not is_torchdynamo_compiling():
             attention_mask = torch.ones(B, past + T, device=inputs_embeds.device, dtype=torch.long)
@@ -404,7 +422,7 @@ class VaswaniModel(VaswaniPreTrainedModel):
 
     def __init__(self, config: VaswaniConfig):
         super().__init__(config)
-        self.shared = nn.Embedding(config.vocab_size, config.d_model, config.pad_token_id)
+        self.shared = VaswaniScaledEmbedding(config.vocab_size, config.d_model, config.pad_token_id)
         self.encoder = VaswaniEncoder(config)
         self.decoder = VaswaniDecoder(config)
         self.post_init()
@@ -416,6 +434,7 @@ class VaswaniModel(VaswaniPreTrainedModel):
         self.shared = self.encoder.embed_tokens = self.decoder.embed_tokens = value
 
     @can_return_tuple
+    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -502,6 +521,7 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
         self.lm_head = new_embeddings
 
     @can_return_tuple
+    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -520,7 +540,7 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
     ) -> VaswaniSeq2SeqLMOutput:
         if labels is not None:
             check_shapes(labels, None, "labels")
-            labels = check_token_ids(labels, self.config.vocab_size, "labels", ignore_index=-100)
+            labels = check_token_ids(self, labels, self.config.vocab_size, "labels", ignore_index=-100)
             use_cache = False
             if decoder_input_ids is None and decoder_inputs_embeds is None:
                 decoder_input_ids = self.prepare_decoder_input_ids_from_labels(labels)

@@ -116,28 +116,12 @@ class SuiteUnavailable(RuntimeError):
 
 @dataclass(frozen=True)
 class Suite:
-    """The pieces of transformers' test sources a tester needs."""
+    """transformers' common test modules, imported from the sdist of the installed version."""
 
     version: str
     tests_dir: Path
-    modeling: types.ModuleType  # tests/test_modeling_common.py
-    configuration: types.ModuleType  # tests/test_configuration_common.py
-
-    @property
-    def ModelTesterMixin(self):  # noqa: N802 - mirrors the class name
-        return self.modeling.ModelTesterMixin
-
-    @property
-    def ConfigTester(self):  # noqa: N802 - mirrors the class name
-        return self.configuration.ConfigTester
-
-    @property
-    def GenerationTesterMixin(self):  # noqa: N802 - mirrors the class name
-        return self.modeling.GenerationTesterMixin
-
-    @property
-    def ids_tensor(self):
-        return self.modeling.ids_tensor
+    modeling: types.ModuleType  # tests/test_modeling_common.py: ModelTesterMixin, ids_tensor, ...
+    configuration: types.ModuleType  # tests/test_configuration_common.py: ConfigTester
 
 
 def cache_root() -> Path:
@@ -146,8 +130,8 @@ def cache_root() -> Path:
 
 def _download_sdist(version: str, dest: Path) -> Path:
     command = [
-        sys.executable, "-m", "pip", "download", "--no-binary", ":all:", "--no-deps",
-        "--disable-pip-version-check", "--retries", "2", "--dest", str(dest), f"transformers=={version}",
+        sys.executable, "-m", "pip", "download", f"transformers=={version}", "--no-binary", ":all:", "--no-deps",
+        "--dest", str(dest), "--retries", "2", "--timeout", "30", "--disable-pip-version-check",
     ]  # fmt: skip
     try:
         result = subprocess.run(command, capture_output=True, text=True, timeout=DOWNLOAD_TIMEOUT_S)
@@ -166,11 +150,21 @@ def _download_sdist(version: str, dest: Path) -> Path:
 def _unpack_tests(tarball: Path, version: str, dest: Path) -> Path:
     """Extract ``tests/`` and ``PKG-INFO`` of the sdist into ``dest``; return the unpacked root."""
     top = f"transformers-{version}"
-    with tarfile.open(tarball) as tar:
-        members = [
-            m for m in tar.getmembers() if m.name == f"{top}/PKG-INFO" or m.name.startswith(f"{top}/tests/")
-        ]
-        tar.extractall(dest, members=members, filter="data")
+
+    def wanted(member: tarfile.TarInfo) -> bool:
+        path = Path(member.name)
+        inside = path.parts[:2] == (top, "tests") or path == Path(top, "PKG-INFO")
+        return inside and ".." not in path.parts and (member.isfile() or member.isdir())
+
+    try:
+        with tarfile.open(tarball) as tar:
+            members = [member for member in tar.getmembers() if wanted(member)]
+            if hasattr(tarfile, "data_filter"):  # Python >= 3.10.12 / 3.11.4
+                tar.extractall(dest, members=members, filter="data")
+            else:
+                tar.extractall(dest, members=members)
+    except tarfile.TarError as err:
+        raise SuiteUnavailable(f"cannot unpack {tarball.name}: {err}") from err
     root = dest / top
     if not (root / "tests" / "test_modeling_common.py").is_file():
         raise SuiteUnavailable(f"{tarball.name} has no tests/test_modeling_common.py")
@@ -179,21 +173,31 @@ def _unpack_tests(tarball: Path, version: str, dest: Path) -> Path:
     return root
 
 
+def _is_complete(tests_dir: Path) -> bool:
+    return (tests_dir / "__init__.py").is_file() and (tests_dir / "test_modeling_common.py").is_file()
+
+
 def ensure_tests_dir(version: str) -> Path:
     """Return the sdist's ``tests/`` directory for ``version``, downloading it on first use."""
     target = cache_root() / f"transformers-{version}"
     tests_dir = target / "tests"
-    if (tests_dir / "__init__.py").is_file():
+    if _is_complete(tests_dir):
         return tests_dir
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=f".{target.name}-", dir=target.parent) as tmp:
-        root = _unpack_tests(_download_sdist(version, Path(tmp) / "download"), version, Path(tmp) / "unpacked")
-        try:
-            root.rename(target)
-        except OSError:
-            # Another process finished first; its (complete) copy is as good as ours.
-            if not (tests_dir / "__init__.py").is_file():
-                raise
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix=f".{target.name}-", dir=target.parent) as tmp:
+            tarball = _download_sdist(version, Path(tmp) / "download")
+            root = _unpack_tests(tarball, version, Path(tmp) / "unpacked")
+            try:
+                root.rename(target)  # atomic: the cache entry appears complete or not at all
+            except OSError:
+                if not _is_complete(tests_dir):  # else another process finished first: use its copy
+                    raise
+    except SuiteUnavailable as err:
+        raise SuiteUnavailable(
+            f"{err}\nTo run these tests offline, place the tests/ directory of the transformers {version} sdist "
+            f"at {tests_dir} with an empty __init__.py added (${CACHE_ENV} sets the cache root)."
+        ) from err.__cause__
     return tests_dir
 
 
