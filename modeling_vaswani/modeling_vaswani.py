@@ -534,7 +534,7 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
         decoder_inputs_embeds: torch.Tensor | None = None,
         labels: torch.LongTensor | None = None,  # (B, T_tgt), -100 = ignored
         use_cache: bool | None = None,
-        label_smoothing: float | None = None,  # ε_ls, defaults to config.label_smoothing; 0 gives plain NLL
+        epsilon_ls: float | None = None,  # ε_ls, defaults to config.label_smoothing; 0 gives plain NLL
         num_items_in_batch: int | torch.Tensor | None = None,  # target tokens over accumulation steps (Trainer)
         **kwargs,
     ) -> VaswaniSeq2SeqLMOutput:
@@ -559,7 +559,7 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
         logits = self.lm_head(outputs.last_hidden_state)  # (B, T_tgt, vocab)
         loss = nll_loss = None
         if labels is not None:
-            eps = self.config.label_smoothing if label_smoothing is None else label_smoothing
+            eps = self.config.label_smoothing if epsilon_ls is None else epsilon_ls
             loss, nll_loss = self.loss_function(logits, labels, eps, num_items_in_batch)
         return VaswaniSeq2SeqLMOutput(
             loss=loss,

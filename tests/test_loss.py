@@ -52,7 +52,7 @@ def test_nll_is_returned_alongside_and_matches_cross_entropy(model):
     nll = F.cross_entropy(out.logits.flatten(0, 1), batch["labels"].flatten(), ignore_index=-100)
     assert out.nll_loss.item() == pytest.approx(nll.item(), rel=1e-5)
     assert out.loss.item() != pytest.approx(out.nll_loss.item(), rel=1e-3)  # ε_ls = 0.1 by default
-    plain = model(**batch, label_smoothing=0.0)
+    plain = model(**batch, epsilon_ls=0.0)
     assert plain.loss.item() == pytest.approx(nll.item(), rel=1e-5)
 
 
