@@ -140,10 +140,12 @@ def eager_attention_forward(
     **kwargs,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """§3.2.1, Eq. 1: Attention(Q, K, V) = softmax(QKᵀ / √d_k) V, written plainly."""
-    scores = torch.matmul(query, key.transpose(-1, -2)) * scaling  # (B, h, T_q, T_k)
+    # fp32 scores: in fp16, a score below -16 plus the mask's finfo.min overflows to -inf, and a fully masked row
+    # would then softmax to NaN.
+    scores = torch.matmul(query, key.transpose(-1, -2)).float() * scaling  # (B, h, T_q, T_k)
     if attention_mask is not None:
         scores = scores + attention_mask
-    weights = F.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
+    weights = F.softmax(scores, dim=-1).to(query.dtype)
     weights = F.dropout(weights, p=dropout, training=module.training)
     return torch.matmul(weights, value).transpose(1, 2).contiguous(), weights  # (B, T_q, h, d_v)
 
