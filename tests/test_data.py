@@ -1,0 +1,325 @@
+"""Loading parallel data through datasets (default corpus, dataset folders, JSONL, TSV, Moses) and tokenizing it:
+one row shape, clear errors before long work, dropped pairs counted and logged."""
+
+import gzip
+import json
+import logging
+from pathlib import Path
+
+import datasets
+import huggingface_hub
+import pytest
+from tokenizers import Tokenizer
+
+from training.corpus import default_corpus
+from training.data import load_parallel, tokenize_pairs
+from training.tokenizer import train_tokenizer, wrap_tokenizer
+
+MULTI30K = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
+PAIRS = [("Two apples.", "Zwei Äpfel."), ("at half past seven", "um halb acht"), ("Thirty streets", "Dreißig Straßen")]
+
+
+def rows(ds: datasets.Dataset) -> list[tuple[str, str]]:
+    return [(r["en"], r["de"]) for r in ds["translation"]]
+
+
+def write_jsonl(path: Path, pairs, extra: dict | None = None) -> Path:
+    lines = [json.dumps({"translation": {"de": de, "en": en}, **(extra or {})}, ensure_ascii=False) for en, de in pairs]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def write_moses(prefix: Path, en: list[str], de: list[str], gz: bool = False) -> Path:
+    for lang, lines in (("en", en), ("de", de)):
+        data = ("\n".join(lines) + "\n").encode("utf-8")
+        if gz:
+            Path(f"{prefix}.{lang}.gz").write_bytes(gzip.compress(data))
+        else:
+            Path(f"{prefix}.{lang}").write_bytes(data)
+    return prefix
+
+
+@pytest.fixture
+def cache(tmp_path) -> str:
+    return str(tmp_path / "hf-cache")
+
+
+# --- formats -----------------------------------------------------------------------------------------------------
+
+
+def test_jsonl_keeps_only_the_translation_column(tmp_path, cache):
+    path = write_jsonl(tmp_path / "train.jsonl", PAIRS, extra={"id": 7})
+    ds = load_parallel(train_file=path, cache_dir=cache)
+    assert list(ds) == ["train"] and ds["train"].column_names == ["translation"]
+    assert rows(ds["train"]) == PAIRS
+
+
+def test_tsv_with_and_without_header(tmp_path, cache):
+    plain = tmp_path / "plain.tsv"
+    plain.write_text("".join(f"{en}\t{de}\n" for en, de in PAIRS), encoding="utf-8")
+    headed = tmp_path / "headed.tsv"  # the header names the columns: German first here
+    headed.write_text("de\ten\n" + "".join(f"{de}\t{en}\r\n" for en, de in PAIRS), encoding="utf-8")
+    ds = load_parallel(train_file=plain, validation_file=headed, cache_dir=cache)
+    assert rows(ds["train"]) == PAIRS
+    assert rows(ds["validation"]) == PAIRS
+    reverse = load_parallel(train_file=headed, source_lang="de", target_lang="en", cache_dir=cache)
+    assert rows(reverse["train"]) == PAIRS
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_moses_prefix_plain_and_gzipped(tmp_path, cache, gz):
+    prefix = write_moses(tmp_path / "train", [en for en, _ in PAIRS], [de for _, de in PAIRS], gz=gz)
+    ds = load_parallel(train_file=prefix, cache_dir=cache)
+    assert rows(ds["train"]) == PAIRS
+
+
+def test_data_files_dict_and_splits_filter(tmp_path, cache):
+    train = write_jsonl(tmp_path / "a.jsonl", PAIRS)
+    test = write_jsonl(tmp_path / "b.jsonl", PAIRS[:1])
+    ds = load_parallel(data_files={"train": train, "test": test}, cache_dir=cache)
+    assert {k: len(v) for k, v in ds.items()} == {"train": 3, "test": 1}
+    only = load_parallel(data_files={"train": train, "test": test}, splits=["test"], cache_dir=cache)
+    assert list(only) == ["test"]
+
+
+def test_an_edited_file_is_read_again(tmp_path, cache):
+    path = tmp_path / "t.tsv"
+    path.write_text("a\tb\n", encoding="utf-8")
+    assert len(load_parallel(train_file=path, cache_dir=cache)["train"]) == 1
+    path.write_text("a\tb\nc\td\n", encoding="utf-8")
+    assert rows(load_parallel(train_file=path, cache_dir=cache)["train"]) == [("a", "b"), ("c", "d")]
+
+
+def test_default_corpus_either_direction_and_splits():
+    ds = load_parallel(corpus_options={"train_size": 40, "validation_size": 4, "test_size": 4})
+    assert {k: len(v) for k, v in ds.items()} == {"train": 40, "validation": 4, "test": 4}
+    assert ds["train"]["translation"] == default_corpus(0, 40, 4, 4)["train"]["translation"]
+    reverse = load_parallel("default", source_lang="de", target_lang="en", splits=["validation"])
+    assert list(reverse) == ["validation"] and len(reverse["validation"]) == 500
+
+
+def _dataset_folder(root: Path) -> Path:
+    """A dataset folder with a config, as on the Hub: README.md front matter naming the data files."""
+    (root / "data").mkdir(parents=True)
+    write_jsonl(root / "data" / "train.jsonl", PAIRS)
+    write_jsonl(root / "data" / "test.jsonl", PAIRS[:2])
+    (root / "README.md").write_text(
+        "---\nconfigs:\n- config_name: de-en\n  data_files:\n  - split: train\n    path: data/train.jsonl\n"
+        "  - split: test\n    path: data/test.jsonl\n---\n",
+        encoding="utf-8",
+    )
+    return root
+
+
+def test_named_dataset_by_name_and_config(tmp_path, cache):
+    folder = _dataset_folder(tmp_path / "my-dataset")
+    ds = load_parallel(str(folder), "de-en", cache_dir=cache)
+    assert {k: len(v) for k, v in ds.items()} == {"train": 3, "test": 2}
+    assert rows(ds["train"]) == PAIRS
+    assert list(load_parallel(str(folder), "de-en", splits=["test"], cache_dir=cache)) == ["test"]
+
+
+# --- bad input ---------------------------------------------------------------------------------------------------
+
+
+def test_unknown_dataset_offline_says_so(monkeypatch):
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    with pytest.raises(ValueError, match=r"could not load dataset 'vaswani-tests/no-such-dataset'.*offline"):
+        load_parallel("vaswani-tests/no-such-dataset", "de-en")
+
+
+def test_unknown_config_and_split_and_language(tmp_path, cache):
+    folder = str(_dataset_folder(tmp_path / "my-dataset"))
+    with pytest.raises(ValueError, match=r"config 'fr-en'.*'fr-en' not found.*de-en"):
+        load_parallel(folder, "fr-en", cache_dir=cache)
+    with pytest.raises(ValueError, match=r"no split\(s\) \['validation'\]; available: \['test', 'train'\]"):
+        load_parallel(folder, "de-en", splits=["validation"], cache_dir=cache)
+    with pytest.raises(ValueError, match=r"language\(s\) \['fr'\] not in the translations; available .*\['de', 'en'\]"):
+        load_parallel(folder, "de-en", source_lang="fr", cache_dir=cache)
+
+
+def test_missing_files(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"train file .*nothere\.jsonl does not exist"):
+        load_parallel(train_file=tmp_path / "nothere.jsonl")
+    with pytest.raises(FileNotFoundError, match=r"nothere does not exist, nor do Moses-style files .*nothere\.en\.gz"):
+        load_parallel(train_file=tmp_path / "nothere")
+    (tmp_path / "half.en").write_text("a\n", encoding="utf-8")
+    with pytest.raises(FileNotFoundError, match=r"no Moses-style file for language 'de'.*half\.de\.gz"):
+        load_parallel(train_file=tmp_path / "half")
+
+
+def test_a_missing_file_is_found_before_any_other_split_is_loaded(tmp_path, monkeypatch):
+    good = write_jsonl(tmp_path / "train.jsonl", PAIRS)
+    called = []
+    monkeypatch.setattr(datasets, "load_dataset", lambda *a, **k: called.append(a))
+    with pytest.raises(FileNotFoundError, match="test file"):
+        load_parallel(train_file=good, test_file=tmp_path / "test.jsonl")
+    assert called == []
+
+
+def test_language_file_given_instead_of_prefix(tmp_path):
+    prefix = write_moses(tmp_path / "train", ["a"], ["b"])
+    with pytest.raises(ValueError, match=r"unknown format.*give .*train$"):
+        load_parallel(train_file=f"{prefix}.en")
+
+
+def test_rows_without_translation_column(tmp_path):
+    path = tmp_path / "flat.jsonl"
+    path.write_text(json.dumps({"en": "a", "de": "b"}) + "\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"no 'translation' column \(columns: \['de', 'en'\]\)"):
+        load_parallel(train_file=path)
+
+
+def test_unknown_language(tmp_path):
+    path = write_jsonl(tmp_path / "train.jsonl", PAIRS)
+    with pytest.raises(
+        ValueError, match=r"language\(s\) \['fr'\] not in the translations; available languages: \['de', 'en'\]"
+    ):
+        load_parallel(train_file=path, target_lang="fr")
+    with pytest.raises(ValueError, match=r"default corpus has no language\(s\) \['fr'\]; available languages"):
+        load_parallel("default", target_lang="fr")
+    tsv = tmp_path / "h.tsv"
+    tsv.write_text("en\tfr\na\tb\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"header names languages \['en', 'fr'\]; \['de'\] not among them"):
+        load_parallel(train_file=tsv)
+
+
+def test_misaligned_moses_files_name_both_files_and_counts(tmp_path):
+    prefix = write_moses(tmp_path / "train", ["a", "b", "c"], ["x", "y"], gz=True)
+    with pytest.raises(ValueError, match=r"misaligned.*train\.en\.gz has 3 lines but .*train\.de\.gz has 2"):
+        load_parallel(train_file=prefix)
+
+
+def test_tsv_line_with_wrong_field_count_names_the_line(tmp_path):
+    path = tmp_path / "bad.tsv"
+    path.write_text("a\tb\nc\td\ne\tf\tg\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"bad\.tsv, line 3: expected 2 tab-separated fields .* got 3"):
+        load_parallel(train_file=path)
+    path.write_text("a\tb\njust one field\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="line 2: expected 2 tab-separated fields"):
+        load_parallel(train_file=path)
+
+
+def test_contradictory_arguments(tmp_path):
+    path = write_jsonl(tmp_path / "train.jsonl", PAIRS)
+    with pytest.raises(ValueError, match="either dataset_name .* or data files"):
+        load_parallel("wmt14", train_file=path)
+    with pytest.raises(ValueError, match="train split is given twice"):
+        load_parallel(train_file=path, data_files={"train": path})
+    with pytest.raises(ValueError, match=r"split\(s\) \['test'\] requested but no file given"):
+        load_parallel(train_file=path, splits=["test"])
+    with pytest.raises(ValueError, match="both 'en'"):
+        load_parallel(source_lang="en", target_lang="en")
+    with pytest.raises(ValueError, match="default corpus has no configs"):
+        load_parallel("default", "de-en")
+    write_moses(tmp_path / "dup", ["a"], ["b"])
+    write_moses(tmp_path / "dup", ["a"], ["b"], gz=True)
+    with pytest.raises(ValueError, match=r"both .*dup\.en and .*dup\.en\.gz exist"):
+        load_parallel(train_file=tmp_path / "dup")
+
+
+# --- tokenization ------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tok():
+    texts = [r[lang] for r in default_corpus(0, 2000, 0, 0)["train"]["translation"] for lang in ("en", "de")]
+    return train_tokenizer(texts + [" ".join(PAIRS[0])], vocab_size=500, show_progress=False)
+
+
+def digits(n: int) -> str:
+    """A text of exactly n + 2 tokens: "▁", n single digits, and </s>."""
+    return "7" * n
+
+
+def test_tokenize_pairs_columns_and_eos(tok):
+    ds = datasets.DatasetDict(
+        {"train": datasets.Dataset.from_dict({"translation": [{"en": e, "de": d} for e, d in PAIRS]})}
+    )
+    out = tokenize_pairs(ds, tok, "en", "de", max_length=64)
+    assert out["train"].column_names == ["input_ids", "attention_mask", "labels", "src_len", "tgt_len"]
+    for row, (en, de) in zip(out["train"], PAIRS, strict=True):
+        assert row["input_ids"][-1] == tok.eos_token_id and row["labels"][-1] == tok.eos_token_id
+        assert row["src_len"] == len(row["input_ids"]) == len(row["attention_mask"]) == sum(row["attention_mask"])
+        assert row["tgt_len"] == len(row["labels"])
+        assert tok.decode(row["input_ids"], skip_special_tokens=True) == en
+        assert tok.decode(row["labels"], skip_special_tokens=True) == de
+    assert out.stats == {"train": {"pairs": 3, "empty": 0, "too_long": 0, "kept": 3}}
+    kept_text = tokenize_pairs(ds, tok, "en", "de", max_length=64, keep_text=True)
+    assert kept_text["train"]["translation"] == ds["train"]["translation"]
+
+
+def test_empty_and_over_long_pairs_are_dropped_with_logged_counts(tmp_path, tok, caplog):
+    assert len(tok(digits(8)).input_ids) == 10
+    pairs = [
+        ("Two apples.", "Zwei Äpfel."),
+        ("   ", "leer"),  # blank source
+        ("empty target", ""),  # blank target
+        (digits(8), "ok"),  # exactly max_length tokens: kept
+        (digits(9), "ok"),  # one token too many on the source side
+        ("ok", digits(9)),  # and on the target side
+        ("", ""),
+    ]
+    path = tmp_path / "train.tsv"
+    path.write_text("".join(f"{en}\t{de}\n" for en, de in pairs) + "\n", encoding="utf-8")  # + a blank line
+    missing = write_jsonl(tmp_path / "val.jsonl", PAIRS[:2])
+    with missing.open("a", encoding="utf-8") as f:
+        f.write(json.dumps({"translation": {"en": "no German here"}}) + "\n")  # "de" missing: null, an empty side
+    ds = load_parallel(train_file=path, validation_file=missing, cache_dir=str(tmp_path / "cache"))
+    with caplog.at_level(logging.INFO, logger="training.data"):
+        out = tokenize_pairs(ds, tok, "en", "de", max_length=10)
+    assert out.stats["train"] == {"pairs": 8, "empty": 4, "too_long": 2, "kept": 2}
+    assert out.stats["validation"] == {"pairs": 3, "empty": 1, "too_long": 0, "kept": 2}
+    assert [tok.decode(x, skip_special_tokens=True) for x in out["train"]["input_ids"]] == ["Two apples.", digits(8)]
+    assert len(out["validation"]) == 2
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any("train: dropped 4 pair(s) with an empty side and 2 pair(s) longer than 10 tokens" in m for m in warnings)
+    assert any("validation: dropped 1 pair(s) with an empty side and 0 pair(s)" in m for m in warnings)
+
+
+def test_tokenization_is_cached_for_files(tmp_path, tok):
+    path = write_jsonl(tmp_path / "train.jsonl", PAIRS * 10)
+    ds = load_parallel(train_file=path, cache_dir=str(tmp_path / "cache"))
+    first = tokenize_pairs(ds, tok, "en", "de", max_length=32)
+    second = tokenize_pairs(ds, tok, "en", "de", max_length=32)
+    assert first["train"].cache_files and first["train"].cache_files == second["train"].cache_files
+    assert first["train"]._fingerprint == second["train"]._fingerprint
+    other = tokenize_pairs(ds, tok, "en", "de", max_length=5)
+    assert other["train"]._fingerprint != first["train"]._fingerprint
+
+
+def test_a_tokenizer_without_eos_gets_it_appended(tok):
+    bare = Tokenizer.from_str(tok.backend_tokenizer.to_str())
+    bare.post_processor = None
+    plain = wrap_tokenizer(bare)
+    assert plain("Zwei Äpfel.").input_ids[-1] != plain.eos_token_id
+    ds = datasets.DatasetDict(
+        {"train": datasets.Dataset.from_dict({"translation": [{"en": e, "de": d} for e, d in PAIRS]})}
+    )
+    out = tokenize_pairs(ds, plain, "en", "de", max_length=64)
+    assert all(x[-1] == plain.eos_token_id for x in [*out["train"]["input_ids"], *out["train"]["labels"]])
+
+
+def test_tokenize_pairs_bad_arguments(tok):
+    ds = datasets.DatasetDict({"train": datasets.Dataset.from_dict({"translation": [{"en": "a", "de": "b"}]})})
+    with pytest.raises(ValueError, match="max_length must be an int >= 2"):
+        tokenize_pairs(ds, tok, "en", "de", max_length=1)
+    with pytest.raises(ValueError, match=r"split 'train': language\(s\) \['fr'\] not in the translations"):
+        tokenize_pairs(ds, tok, "fr", "de", max_length=8)
+    flat = datasets.DatasetDict({"train": datasets.Dataset.from_dict({"text": ["a"]})})
+    with pytest.raises(ValueError, match="no 'translation' column"):
+        tokenize_pairs(flat, tok, "en", "de", max_length=8)
+
+
+# --- real data, where this machine has it ------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(not (MULTI30K / "train.en.gz").is_file(), reason=f"Multi30k not at {MULTI30K}")
+def test_multi30k_moses_prefix():
+    ds = load_parallel(
+        train_file=MULTI30K / "train", validation_file=MULTI30K / "val", test_file=MULTI30K / "test_2016_flickr"
+    )
+    assert {k: len(v) for k, v in ds.items()} == {"train": 29000, "validation": 1014, "test": 1000}
+    first = ds["train"][0]["translation"]
+    assert first["en"].startswith("Two young, White males") and first["de"].startswith("Zwei junge weiße Männer")

@@ -1,0 +1,211 @@
+"""training/train.py as a user runs it: bad settings stop early, a short run, exact resume after SIGKILL, DDP."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from training.corpus import default_corpus
+from training.train import main as train_main
+from training.trainer import COMPLETE_MARKER, last_complete_checkpoint
+
+REPO = Path(__file__).resolve().parent.parent
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO), "TOKENIZERS_PARALLELISM": "false"}
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> dict[str, Path]:
+    """Small JSONL splits of the default corpus, and a tiny model config with or without dropout."""
+    root = tmp_path_factory.mktemp("data")
+    corpus = default_corpus(seed=1, train_size=600, validation_size=40, test_size=40)
+    files = {}
+    for split, ds in corpus.items():
+        files[split] = root / f"{split}.jsonl"
+        files[split].write_text("".join(json.dumps({"translation": row}) + "\n" for row in ds["translation"]))
+    tiny = json.loads((REPO / "configuration" / "tiny.json").read_text())
+    for name, p_drop in (("model", 0.1), ("model_nodrop", 0.0)):
+        files[name] = root / f"{name}.json"
+        files[name].write_text(json.dumps({**tiny, "d_model": 32, "d_ff": 64, "p_drop": p_drop}))
+    return files
+
+
+def args(data: dict[str, Path], out: Path, *extra: str, model: str = "model") -> list[str]:
+    return [
+        "--model_config", str(data[model]),
+        "--train_file", str(data["train"]),
+        "--validation_file", str(data["validation"]),
+        "--vocab_size", "300",
+        "--max_tokens_per_step", "600",
+        "--warmup_steps", "10",
+        "--logging_steps", "5",
+        "--eval_steps", "1000",
+        "--save_steps", "1000",
+        "--output_dir", str(out),
+        *extra,
+    ]  # fmt: skip
+
+
+def run_script(argv: list[str], *launcher: str) -> subprocess.CompletedProcess:
+    cmd = [*launcher, "-m", "training.train", *argv] if launcher else [sys.executable, "-m", "training.train", *argv]
+    done = subprocess.run(cmd, cwd=REPO, env=ENV, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--warmup_steps", "0"], "warmup_steps must be a positive integer"),
+        (["--max_steps", "-3"], "max_steps must be a positive integer"),
+        (["--label_smoothing", "1.5"], r"label_smoothing must be in \[0, 1\)"),
+        (["--bf16", "--fp16"], "choose one of --bf16 and --fp16"),
+        (["--target_lang", "en"], "source_lang and target_lang are both 'en'"),
+        (["--resume"], "no complete checkpoint"),
+    ],
+)
+def test_contradictory_settings_stop_before_any_work(data, tmp_path, extra, message):
+    with pytest.raises(SystemExit, match=message):
+        train_main(args(data, tmp_path / "run", "--max_steps", "5", *extra))
+    assert not (tmp_path / "run" / "tokenizer").exists()
+
+
+def test_a_budget_below_the_longest_sentence_is_refused(data, tmp_path):
+    with pytest.raises(ValueError, match="smaller than the longest allowed sentence"):
+        train_main(args(data, tmp_path / "run", "--max_steps", "5", "--max_tokens_per_step", "8"))
+
+
+def test_missing_and_misaligned_files_are_named(data, tmp_path):
+    with pytest.raises(FileNotFoundError, match="nowhere"):
+        train_main(args(data, tmp_path / "a", "--max_steps", "5", "--train_file", str(tmp_path / "nowhere.jsonl")))
+    (tmp_path / "m.en").write_text("one\ntwo\n")
+    (tmp_path / "m.de").write_text("eins\n")
+    with pytest.raises(ValueError, match="m.en"):
+        train_main(args(data, tmp_path / "b", "--max_steps", "5", "--train_file", str(tmp_path / "m")))
+
+
+def test_an_existing_run_is_never_overwritten_without_a_flag(data, tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    with pytest.raises(SystemExit, match="not empty"):
+        train_main(args(data, out, "--max_steps", "5"))
+    assert (out / "notes.txt").read_text() == "mine"
+
+
+def test_short_run_saves_a_folder_that_loads_and_translates(data, tmp_path):
+    """The whole path on a small scale: train, validate with BLEU, save, reload with the Auto classes, pipeline."""
+    out = tmp_path / "run"
+    summary = train_main(args(data, out, "--max_steps", "30", "--eval_steps", "15", "--test_file", str(data["test"])))
+    assert summary["steps"] == 30 and summary["tokens_per_second"] > 0
+    assert "eval_bleu" in summary["validation"] and "test_bleu" in summary["test"]
+    assert summary["signatures"]["bleu"].startswith("nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:")
+    names = {p.name for p in out.iterdir()}
+    assert {"model.safetensors", "config.json", "generation_config.json", "tokenizer.json"} <= names
+    assert {"training_curves.png", "run_summary.json", "tensorboard"} <= names
+    assert not [n for n in names if n.endswith((".bin", ".pt", ".pth", ".pkl"))]
+    history = json.loads((out / "checkpoint-30" / "trainer_state.json").read_text())["log_history"]
+    assert any("nll" in row and "loss" in row and "learning_rate" in row for row in history)
+    assert sum("eval_bleu" in row for row in history) >= 2
+
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, pipeline
+
+    tokenizer = AutoTokenizer.from_pretrained(out)
+    model = AutoModelForSeq2SeqLM.from_pretrained(out)
+    assert model.generation_config.num_beams == 4 and model.generation_config.max_length is None
+    # transformers 5 removed its "translation" task; the model folder brings its own pipeline as remote code
+    translator = pipeline("translation", model=str(out), trust_remote_code=True)
+    texts = ["I bought 3 books.", "on Monday", "at 5:45 pm"]
+    [one] = translator(texts[0])
+    many = translator(texts)
+    expected = [
+        tokenizer.decode(model.generate(**tokenizer([t], return_tensors="pt"))[0], skip_special_tokens=True)
+        for t in texts
+    ]  # the model's own decoding: beam 4, GNMT α = 0.6
+    assert one == {"translation_text": expected[0]}
+    assert many == [{"translation_text": e} for e in expected]
+
+
+def _params(folder: Path) -> dict[str, torch.Tensor]:
+    return load_file(folder / "model.safetensors")
+
+
+def test_resume_after_sigkill_gives_the_uninterrupted_parameters(data, tmp_path):
+    """Kill a real run with SIGKILL after its step-8 checkpoint, resume it: same weights as a run never killed.
+
+    Dropout is on, so this also checks that the RNG state and the batch position come back. Tolerance: 1e-6
+    (absolute), though on one CPU process the two runs are expected to agree exactly.
+    """
+    steps = ["--max_steps", "40", "--save_steps", "8", "--save_total_limit", "10", "--seed", "3"]
+    straight, killed = tmp_path / "straight", tmp_path / "killed"
+    run_script(args(data, straight, *steps))
+
+    cmd = [sys.executable, "-m", "training.train", *args(data, killed, *steps)]
+    proc = subprocess.Popen(cmd, cwd=REPO, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    while not (killed / "checkpoint-8" / COMPLETE_MARKER).exists():
+        assert proc.poll() is None and time.time() < deadline, "the run ended before its first checkpoint"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    newest = last_complete_checkpoint(killed)
+    assert newest is not None and newest.name != "checkpoint-40", "killed too late to test anything"
+    # a checkpoint whose write was interrupted: present but without its marker; resume must not pick it up
+    half = killed / "checkpoint-39"
+    half.mkdir()
+    (half / "model.safetensors").write_bytes(b"truncated")
+    assert last_complete_checkpoint(killed) == newest
+
+    run_script(args(data, killed, *steps, "--resume"))
+    assert (killed / "incomplete-checkpoint-39").is_dir()
+    a, b = _params(straight), _params(killed)
+    assert a.keys() == b.keys()
+    for key in a:
+        torch.testing.assert_close(a[key], b[key], rtol=0, atol=1e-6, msg=key)
+
+
+def test_resume_refuses_a_checkpoint_of_another_model(data, tmp_path):
+    out = tmp_path / "run"
+    run_script(args(data, out, "--max_steps", "4", "--save_steps", "4"))
+    other = json.loads(data["model"].read_text())
+    (tmp_path / "other.json").write_text(json.dumps({**other, "d_ff": 128}))
+    with pytest.raises(SystemExit, match="from another model.*d_ff=64"):
+        train_main(args(data, out, "--max_steps", "8", "--resume", "--model_config", str(tmp_path / "other.json")))
+
+
+def test_two_processes_match_one_process_over_the_same_global_batch(data, tmp_path):
+    """DDP with 2 gloo processes (torchrun), one micro-batch each, against 1 process accumulating the same 2.
+
+    Rank r takes batches r, r+2, ... of the sampler's order, which is what 1 process with 2 accumulation steps
+    consumes per step; the loss is normalised by the global target-token count in both. Dropout is 0 (the ranks'
+    dropout masks would differ). Tolerance 1e-5: only the order of floating-point reductions differs. Adam's ε is
+    1e-3 here, not the paper's 1e-9: with 1e-9, a coordinate whose gradient is pure rounding noise (the key biases,
+    whose gradient is zero in exact arithmetic since softmax ignores a shift shared by all keys) gets a full-size
+    Adam step of random sign, so two correct runs would differ by up to the learning rate there.
+    """
+    common = ["--max_steps", "6", "--eval_steps", "1000", "--seed", "5", "--max_tokens_per_step", "1200"]
+    common += ["--adam_epsilon", "1e-3"]
+    one, two = tmp_path / "one", tmp_path / "two"
+    run_script(args(data, one, *common, "--gradient_accumulation_steps", "2", model="model_nodrop"))
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+    run_script(args(data, two, *common, model="model_nodrop"), *launcher)
+    summary = json.loads((two / "run_summary.json").read_text())
+    assert summary["devices"] == "2 x cpu"
+    assert (
+        summary["tokens_seen_src_plus_tgt"]
+        == json.loads((one / "run_summary.json").read_text())["tokens_seen_src_plus_tgt"]
+    )  # the same batches were seen
+    a, b = _params(one), _params(two)
+    for key in a:
+        torch.testing.assert_close(a[key], b[key], rtol=0, atol=1e-5, msg=lambda m, key=key: f"{key}: {m}")
+    from transformers import AutoModelForSeq2SeqLM
+
+    batch = {"input_ids": torch.tensor([[5, 17, 42, 9, 2]]), "decoder_input_ids": torch.tensor([[0, 33, 8, 21]])}
+    logits = [AutoModelForSeq2SeqLM.from_pretrained(run).eval()(**batch).logits for run in (one, two)]
+    torch.testing.assert_close(logits[0], logits[1], rtol=0, atol=1e-4)

@@ -1,0 +1,347 @@
+"""Train the Transformer with the paper's recipe (§5) on transformers' Seq2SeqTrainer and Accelerate.
+
+The main command of the README, the tiny preset on the offline default corpus (about 10 minutes on 2 CPU cores):
+
+    python -m training.train --output_dir runs/tiny
+
+Then it prints validation BLEU, saves the model folder (safetensors, tokenizer, generation config, the
+training-curve PNG, run_summary.json), reloads it with AutoModelForSeq2SeqLM/AutoTokenizer and translates examples.
+
+    # the paper's base recipe on WMT'14 from the Hub, 8 GPUs (DDP), bf16
+    accelerate launch --config_file configuration/accelerate_multi_gpu.yaml -m training.train \\
+        --recipe configuration/recipe_base.json --dataset_name wmt14 --dataset_config de-en \\
+        --source_lang en --target_lang de --bf16 --output_dir runs/base
+    # Multi30k from local Moses-style files
+    python -m training.train --recipe configuration/recipe_small.json --source_lang en --target_lang de \\
+        --train_file ../shared/data/multi30k/train --validation_file ../shared/data/multi30k/val \\
+        --test_file ../shared/data/multi30k/test_2016_flickr --output_dir runs/multi30k
+    # continue a killed run from its newest complete checkpoint
+    python -m training.train --output_dir runs/tiny --resume
+    # two CPU processes (gloo DDP), as the DDP test runs it
+    torchrun --nproc_per_node 2 -m training.train --max_steps 20 --output_dir runs/ddp
+
+A recipe JSON (configuration/recipe_*.json) gives the defaults; every flag below overrides it.
+"""
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from accelerate import PartialState
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, DataCollatorForSeq2Seq, Seq2SeqTrainingArguments
+from transformers.trainer_callback import ProgressCallback
+
+import modeling_vaswani
+from training.data import load_parallel, tokenize_pairs
+from training.metrics import compute_bleu_chrf
+from training.plots import plot_history
+from training.tokenizer import train_tokenizer_for
+from training.trainer import PostfixProgressCallback, VaswaniTrainer, incomplete_checkpoints, last_complete_checkpoint
+
+DEFAULT_RECIPE = "configuration/recipe_tiny.json"
+USER_TENSORBOARD_DIR = os.environ.get("TENSORBOARD_LOGGING_DIR")
+EXAMPLES = {"en": ["I bought forty-five books on Monday.", "on March 5, 2021", "three hundred forty-two apples"]}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    a = p.add_argument
+    a("--recipe", default=DEFAULT_RECIPE, help="training recipe JSON whose values are the defaults of all flags")
+    a("--model_config", help="model configuration JSON (configuration/base.json, big.json, tiny.json...)")
+    a("--output_dir", required=True, help="run folder: checkpoints, logs, and at the end the model folder")
+    a("--overwrite_output_dir", action="store_true", help="delete an existing, non-empty output_dir first")
+    a("--resume", action="store_true", help="continue from the newest complete checkpoint in output_dir")
+    g = p.add_argument_group("data")
+    g.add_argument("--dataset_name", help='"default" (the offline corpus) or a Hub translation dataset, e.g. wmt14')
+    g.add_argument("--dataset_config", help="the Hub dataset's configuration, e.g. de-en")
+    g.add_argument("--train_file", help="local training data: .jsonl, .tsv, or a Moses prefix (path/train)")
+    g.add_argument("--validation_file", help="local validation data, same formats")
+    g.add_argument("--test_file", help="local test data, same formats")
+    g.add_argument("--source_lang", help="source language key, e.g. en")
+    g.add_argument("--target_lang", help="target language key, e.g. de")
+    g.add_argument("--vocab_size", type=int, help="size of the shared BPE vocabulary to train (§5.1: 37,000)")
+    g.add_argument("--max_length", type=int, help="pairs with more tokens on either side are dropped (counted)")
+    g.add_argument("--max_train_samples", type=int, help="train on the first N training pairs only")
+    g.add_argument("--max_eval_samples", type=int, help="validate on the first N validation pairs only")
+    t = p.add_argument_group("optimisation (§5.2, §5.3)")
+    t.add_argument("--max_steps", type=int, help="optimizer steps (paper: 100,000)")
+    t.add_argument("--max_tokens_per_step", type=int, help="source (and target) tokens per optimizer step, all devices")
+    t.add_argument("--gradient_accumulation_steps", type=int, help="micro-batches per optimizer step")
+    t.add_argument("--warmup_steps", type=int, help="warmup_steps of the schedule (paper: 4,000)")
+    t.add_argument("--lr_scale", type=float, help="multiplier on d_model^-0.5·min(step^-0.5, step·warmup^-1.5)")
+    t.add_argument("--adam_epsilon", type=float, help="Adam's ε (paper: 1e-9)")
+    t.add_argument("--label_smoothing", type=float, help="ε_ls (paper: 0.1)")
+    t.add_argument("--max_grad_norm", type=float, help="gradient clipping; 0 disables it (the paper does not clip)")
+    t.add_argument("--bf16", action="store_true", help="bfloat16 mixed precision")
+    t.add_argument("--fp16", action="store_true", help="float16 mixed precision with loss scaling")
+    t.add_argument("--seed", type=int, help="seed for weights, dropout and batch order")
+    t.add_argument("--use_cpu", action="store_true", help="train on the CPU even where a GPU is present")
+    o = p.add_argument_group("logging and checkpoints")
+    o.add_argument("--logging_steps", type=int, help="log loss, NLL and learning rate every N steps")
+    o.add_argument("--eval_steps", type=int, help="validate (loss and BLEU with the paper's decoding) every N steps")
+    o.add_argument("--save_steps", type=int, help="checkpoint every N steps")
+    o.add_argument("--save_total_limit", type=int, help="keep the last N checkpoints (paper averages 5)")
+    o.add_argument("--num_workers", type=int, default=0, help="data loader worker processes")
+    return p
+
+
+def resolve_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """Recipe values, overridden by flags; then checked for contradictions before any work starts."""
+    recipe_path = Path(args.recipe)
+    if not recipe_path.is_file():
+        raise SystemExit(f"--recipe {recipe_path}: no such file")
+    s = {k: v for k, v in json.loads(recipe_path.read_text()).items() if not k.startswith("_")}
+    flags = {k: v for k, v in vars(args).items() if v is not None and v is not False}
+    if "train_file" in flags and "dataset_name" not in flags:  # local files on the command line replace
+        s.pop("dataset_name", None)  # the recipe's dataset, and the other way round
+        s.pop("dataset_config", None)
+    if "dataset_name" in flags and "train_file" not in flags:
+        for key in ("train_file", "validation_file", "test_file"):
+            s.pop(key, None)
+    s.update(flags)
+    s.setdefault("dataset_name", None if s.get("train_file") else "default")
+    s.setdefault("source_lang", "en")
+    s.setdefault("target_lang", "de")
+    s.setdefault("gradient_accumulation_steps", 1)
+    s.setdefault("seed", 0)
+    problems = []
+    for key in ("max_steps", "max_tokens_per_step", "warmup_steps", "max_length", "vocab_size"):
+        if not isinstance(s.get(key), int) or s[key] <= 0:
+            problems.append(f"{key} must be a positive integer, got {s.get(key)!r}")
+    if not 0 <= s.get("label_smoothing", 0.1) < 1:
+        problems.append(f"label_smoothing must be in [0, 1), got {s['label_smoothing']}")
+    if s.get("bf16") and s.get("fp16"):
+        problems.append("choose one of --bf16 and --fp16")
+    if s.get("source_lang") == s.get("target_lang"):
+        problems.append(f"source_lang and target_lang are both {s['source_lang']!r}")
+    if s.get("dataset_name") and s.get("train_file"):
+        problems.append("give either --dataset_name or --train_file, not both")
+    if not Path(s.get("model_config", "")).is_file():
+        problems.append(f"model_config {s.get('model_config')!r}: no such file")
+    if problems:
+        raise SystemExit("bad settings:\n  " + "\n  ".join(problems))
+    return s
+
+
+def prepare_output_dir(s: dict[str, Any]) -> Path | None:
+    """Refuse to mix runs: a non-empty output_dir needs --resume or --overwrite_output_dir. Returns the checkpoint."""
+    out = Path(s["output_dir"])
+    if s.get("resume") and s.get("overwrite_output_dir"):
+        raise SystemExit("--resume and --overwrite_output_dir contradict each other")
+    if s.get("resume"):
+        checkpoint = last_complete_checkpoint(out)
+        if checkpoint is None:
+            raise SystemExit(f"--resume: no complete checkpoint in {out}")
+        saved = json.loads((checkpoint / "config.json").read_text())
+        wanted = json.loads(Path(s["model_config"]).read_text())
+        diff = [
+            k
+            for k in wanted
+            if k not in ("vocab_size", "architectures", "label_smoothing") and saved.get(k) != wanted[k]
+        ]
+        if diff:
+            raise SystemExit(
+                f"--resume: {checkpoint} is from another model ({', '.join(f'{k}={saved.get(k)!r}' for k in diff)}"
+                f" where {s['model_config']} says {', '.join(f'{k}={wanted[k]!r}' for k in diff)})"
+            )
+        return checkpoint
+    if out.exists() and any(out.iterdir()):
+        if not s.get("overwrite_output_dir"):
+            raise SystemExit(f"{out} is not empty: pass --resume to continue that run or --overwrite_output_dir")
+        if PartialState().is_main_process:
+            shutil.rmtree(out)
+    return None
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    args = build_parser().parse_args(argv)
+    s = resolve_settings(args)
+    # No GPU: run on the CPU, and several processes (torchrun / mpirun) then form a gloo process group.
+    use_cpu = bool(s.get("use_cpu")) or os.environ.get("ACCELERATE_USE_CPU", "").lower() in ("1", "true", "yes")
+    use_cpu = use_cpu or not torch.cuda.is_available()
+    state = PartialState(cpu=use_cpu)
+    checkpoint = prepare_output_dir(s)
+    state.wait_for_everyone()
+    out = Path(s["output_dir"])
+    out.mkdir(parents=True, exist_ok=True)
+    src, tgt = s["source_lang"], s["target_lang"]
+    started = time.time()
+
+    raw = load_parallel(
+        dataset_name=s.get("dataset_name"),
+        dataset_config=s.get("dataset_config"),
+        train_file=s.get("train_file"),
+        validation_file=s.get("validation_file"),
+        test_file=s.get("test_file"),
+        source_lang=src,
+        target_lang=tgt,
+    )
+    tokenizer_dir = out / "tokenizer"
+    with state.main_process_first():  # one process trains the BPE and maps the data; the others read the caches
+        if not (tokenizer_dir / "tokenizer.json").is_file():
+            train_tokenizer_for(raw, src, tgt, s["vocab_size"]).save_pretrained(tokenizer_dir)
+        tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+        data = tokenize_pairs(raw, tokenizer, src, tgt, s["max_length"])
+        drop_stats = data.stats
+    if s.get("max_train_samples"):
+        data["train"] = data["train"].select(range(min(s["max_train_samples"], len(data["train"]))))
+    if "validation" in data and s.get("max_eval_samples"):
+        data["validation"] = data["validation"].select(range(min(s["max_eval_samples"], len(data["validation"]))))
+
+    config = modeling_vaswani.VaswaniConfig.from_json_file(s["model_config"])
+    config.vocab_size = len(tokenizer)
+    config.label_smoothing = s.get("label_smoothing", config.label_smoothing)
+    special = {
+        "pad": (config.pad_token_id, tokenizer.pad_token_id),
+        "bos": (config.bos_token_id, tokenizer.bos_token_id),
+        "eos": (config.eos_token_id, tokenizer.eos_token_id),
+    }
+    if any(a != b for a, b in special.values()):
+        raise SystemExit(f"the tokenizer's special ids differ from the model config's: {special}")
+    torch.manual_seed(s["seed"])
+    model = modeling_vaswani.VaswaniForConditionalGeneration(config)
+
+    # transformers 5 takes TensorBoard's folder from the environment; a user's own setting wins
+    os.environ["TENSORBOARD_LOGGING_DIR"] = USER_TENSORBOARD_DIR or str(out / "tensorboard")
+    world = state.num_processes
+    per_micro_step = s["max_tokens_per_step"] // (world * s["gradient_accumulation_steps"])
+    training_args = Seq2SeqTrainingArguments(
+        output_dir=str(out),
+        max_steps=s["max_steps"],
+        per_device_train_batch_size=1,  # unused: batches are token budgets (training/batching.py)
+        per_device_eval_batch_size=1,
+        gradient_accumulation_steps=s["gradient_accumulation_steps"],
+        learning_rate=s.get("lr_scale", 1.0),
+        adam_beta1=s.get("adam_beta1", 0.9),
+        adam_beta2=s.get("adam_beta2", 0.98),
+        adam_epsilon=s.get("adam_epsilon", 1e-9),
+        weight_decay=0.0,
+        max_grad_norm=s.get("max_grad_norm", 0.0),
+        bf16=bool(s.get("bf16")),
+        fp16=bool(s.get("fp16")),
+        logging_steps=s.get("logging_steps", 50),
+        eval_strategy="steps" if "validation" in data else "no",
+        eval_steps=s.get("eval_steps"),
+        save_strategy="steps",
+        save_steps=s.get("save_steps", 500),
+        save_total_limit=s.get("save_total_limit", 5),
+        predict_with_generate=True,
+        report_to=["tensorboard"],
+        seed=s["seed"],
+        data_seed=s["seed"],
+        dataloader_num_workers=s.get("num_workers", 0),
+        remove_unused_columns=False,
+        disable_tqdm=False,
+        use_cpu=use_cpu,
+    )
+
+    signatures: dict[str, str] = {}
+
+    def compute_metrics(prediction) -> dict[str, float]:
+        preds = np.where(prediction.predictions < 0, tokenizer.pad_token_id, prediction.predictions)
+        labels = np.where(prediction.label_ids < 0, tokenizer.pad_token_id, prediction.label_ids)
+        hyps = tokenizer.batch_decode(preds, skip_special_tokens=True)
+        refs = tokenizer.batch_decode(labels, skip_special_tokens=True)
+        scores = compute_bleu_chrf(hyps, refs)
+        signatures.update(bleu=scores["signature"], chrf=scores["chrf_signature"])
+        return {"bleu": scores["bleu"], "chrf": scores["chrf"]}
+
+    trainer = VaswaniTrainer(
+        model=model,
+        args=training_args,
+        train_dataset=data["train"],
+        eval_dataset=data.get("validation"),
+        data_collator=DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=-100),
+        processing_class=tokenizer,
+        compute_metrics=compute_metrics,
+        max_tokens=per_micro_step,
+        d_model=config.d_model,
+        warmup_steps=s["warmup_steps"],
+    )
+    trainer.remove_callback(ProgressCallback)
+    trainer.add_callback(PostfixProgressCallback)
+    for folder in incomplete_checkpoints(out):
+        if state.is_main_process:
+            aside = folder.with_name("incomplete-" + folder.name)
+            folder.rename(aside)
+            print(f"{folder.name} was never completed (a kill mid-write); moved aside to {aside.name}", flush=True)
+    state.wait_for_everyone()
+
+    result = trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+    if state.is_main_process:  # the model folder: safetensors, config, generation config, tokenizer; no pickles
+        trainer.accelerator.unwrap_model(trainer.model).save_pretrained(out)
+        tokenizer.save_pretrained(out)
+    final = trainer.evaluate() if "validation" in data else {}
+    test_scores = {}
+    if "test" in data:
+        test = data["test"].remove_columns([c for c in ("src_len", "tgt_len") if c in data["test"].column_names])
+        test_scores = trainer.predict(test, metric_key_prefix="test").metrics
+    tokens = int(trainer.accelerator.reduce(trainer.tokens_seen, reduction="sum").item())  # all ranks
+    summary = {
+        "wall_seconds": round(time.time() - started, 1),
+        "train_seconds": round(result.metrics["train_runtime"], 1),
+        "steps": trainer.state.global_step,
+        "tokens_seen_src_plus_tgt": tokens,
+        "tokens_per_second": round(tokens / max(result.metrics["train_runtime"], 1e-9)),
+        "final_train_loss": result.metrics.get("train_loss"),
+        "validation": {k: v for k, v in final.items() if k in ("eval_loss", "eval_bleu", "eval_chrf")},
+        "signatures": signatures,
+        "test": {k: v for k, v in test_scores.items() if k in ("test_loss", "test_bleu", "test_chrf")},
+        "best_validation_bleu": max(
+            (r["eval_bleu"] for r in trainer.state.log_history if "eval_bleu" in r), default=None
+        ),
+        "dropped_pairs": drop_stats,
+        "data_sizes": {split: len(ds) for split, ds in data.items()},
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "devices": f"{world} x {training_args.device.type}",
+        "settings": {k: v for k, v in s.items() if k not in ("overwrite_output_dir", "resume")},
+    }
+    if state.is_main_process:
+        (out / "run_summary.json").write_text(json.dumps(summary, indent=2, default=str))
+        plot_history(trainer.state.log_history, out / "training_curves.png", title=str(out))
+        print_summary(summary, out)
+        translate_examples(out, src)
+    return summary
+
+
+def print_summary(summary: dict[str, Any], out: Path) -> None:
+    val, test = summary["validation"], summary["test"]
+    lines = [
+        f"run folder         {out}",
+        f"steps              {summary['steps']}  ({summary['train_seconds']} s training, {summary['wall_seconds']} s all)",
+        f"tokens/s           {summary['tokens_per_second']:,} (source + target, {summary['devices']})",
+        f"validation BLEU    {val.get('eval_bleu', float('nan')):.2f}  chrF {val.get('eval_chrf', float('nan')):.2f}"
+        f"  loss {val.get('eval_loss', float('nan')):.3f}",
+        f"best val BLEU      {summary['best_validation_bleu']}",
+    ]
+    if test:
+        lines.append(f"test BLEU          {test.get('test_bleu', float('nan')):.2f}  chrF {test.get('test_chrf'):.2f}")
+    lines.append(f"sacreBLEU          {summary['signatures'].get('bleu')}")
+    lines.append(f"dropped pairs      {summary['dropped_pairs']}")
+    lines.append(f"curves             {out / 'training_curves.png'}")
+    print("\n" + "\n".join(lines), flush=True)
+
+
+def translate_examples(folder: Path, source_lang: str) -> None:
+    """Reload the saved folder the way a user would and translate a few inputs."""
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    model = AutoModelForSeq2SeqLM.from_pretrained(folder).eval()
+    sources = EXAMPLES.get(source_lang, ["Hello world."])
+    batch = tokenizer(sources, return_tensors="pt", padding=True)
+    with torch.no_grad():
+        out = model.generate(**batch)
+    print(f"\nreloaded {folder} with AutoModelForSeq2SeqLM + AutoTokenizer; beam 4, α = 0.6:")
+    for source, hyp in zip(sources, tokenizer.batch_decode(out, skip_special_tokens=True), strict=True):
+        print(f"  {source}  →  {hyp}")
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

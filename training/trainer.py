@@ -1,0 +1,112 @@
+"""`VaswaniTrainer`: transformers' Seq2SeqTrainer with the paper's batches and schedule, and run bookkeeping.
+
+What it adds to `Seq2SeqTrainer`, each because Trainer lacks it:
+- token-budget batches (training/batching.py) and the §5.3 learning-rate schedule (training/schedule.py);
+- the plain NLL and perplexity logged next to the label-smoothed loss that training minimises;
+- source + target tokens counted on the device (no sync) for a tokens/s figure;
+- a checkpoint counts only once it is complete: a marker file is written last, atomically, and
+  `last_complete_checkpoint` ignores folders without it, so a kill mid-write never resumes from half a checkpoint;
+- a progress bar that shows loss and learning rate instead of printing a dict per log line;
+- the model's generation config left as it was by evaluation (Seq2SeqTrainer fills it with global defaults).
+"""
+
+import copy
+import json
+import math
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import Seq2SeqTrainer
+from transformers.trainer_callback import ProgressCallback
+from transformers.trainer_pt_utils import nested_gather
+
+from training.batching import TokenBudgetTrainerMixin
+from training.schedule import PaperScheduleTrainerMixin
+
+COMPLETE_MARKER = "checkpoint_complete.json"
+_CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
+
+
+class VaswaniTrainer(TokenBudgetTrainerMixin, PaperScheduleTrainerMixin, Seq2SeqTrainer):
+    """Seq2SeqTrainer + token-budget batches + the paper's schedule + NLL/token logging + complete checkpoints."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._nll_sum: torch.Tensor | None = None
+        self._nll_since = 0
+        self.tokens_seen = torch.zeros((), dtype=torch.long, device=self.args.device)
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        loss, outputs = super().compute_loss(model, inputs, return_outputs=True, num_items_in_batch=num_items_in_batch)
+        if model.training and isinstance(outputs, dict) and outputs.get("nll_loss") is not None:
+            # Scale the NLL exactly as Trainer scales the loss, so the two logged numbers are comparable.
+            nll = outputs["nll_loss"].detach()
+            if self.args.average_tokens_across_devices and num_items_in_batch is not None:
+                nll = nll * self.accelerator.num_processes
+            else:
+                nll = nll / self.current_gradient_accumulation_steps
+            self._nll_sum = nll if self._nll_sum is None else self._nll_sum + nll
+            labels = inputs.get("labels")
+            mask = inputs.get("attention_mask")
+            if labels is not None and mask is not None:
+                self.tokens_seen += mask.sum() + labels.ne(-100).sum()
+        return (loss, outputs) if return_outputs else loss
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        if "loss" in logs and self._nll_sum is not None:
+            steps = max(self.state.global_step - self._nll_since, 1)
+            gathered = nested_gather(self._nll_sum.unsqueeze(0), self.args.parallel_mode)
+            nll = gathered.mean().item() / steps
+            logs["nll"] = round(nll, 4)
+            logs["ppl"] = round(math.exp(min(nll, 50.0)), 3)
+            self._nll_sum, self._nll_since = None, self.state.global_step
+        super().log(logs, start_time)
+
+    def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None, **gen_kwargs):
+        # Seq2SeqTrainer.prediction_step fills the model's generation config with transformers' global defaults
+        # (max_length=20, ...) in place, which would then be saved with the model: keep the model's own.
+        kept = copy.deepcopy(self.model.generation_config)
+        try:
+            return super().prediction_step(model, inputs, prediction_loss_only, ignore_keys=ignore_keys, **gen_kwargs)
+        finally:
+            self.model.generation_config = kept
+
+    def _save_checkpoint(self, model, trial) -> None:
+        super()._save_checkpoint(model, trial)
+        folder = Path(self._get_output_dir(trial=trial)) / f"checkpoint-{self.state.global_step}"
+        if self.args.should_save and folder.is_dir():
+            tmp = folder / (COMPLETE_MARKER + ".tmp")
+            tmp.write_text(json.dumps({"global_step": self.state.global_step}))
+            os.replace(tmp, folder / COMPLETE_MARKER)  # atomic: the marker is either absent or whole
+
+
+def last_complete_checkpoint(output_dir: str | os.PathLike) -> Path | None:
+    """The newest `checkpoint-N` folder whose completion marker exists; incomplete ones are never returned."""
+    root = Path(output_dir)
+    if not root.is_dir():
+        return None
+    done = [p for p in root.iterdir() if _CHECKPOINT_RE.match(p.name) and (p / COMPLETE_MARKER).is_file()]
+    return max(done, key=lambda p: int(_CHECKPOINT_RE.match(p.name).group(1)), default=None)
+
+
+def incomplete_checkpoints(output_dir: str | os.PathLike) -> list[Path]:
+    """`checkpoint-N` folders without a completion marker: a run was killed while writing them."""
+    root = Path(output_dir)
+    if not root.is_dir():
+        return []
+    return sorted(p for p in root.iterdir() if _CHECKPOINT_RE.match(p.name) and not (p / COMPLETE_MARKER).is_file())
+
+
+class PostfixProgressCallback(ProgressCallback):
+    """Trainer's progress bar, with the latest loss and learning rate as its postfix instead of printed dicts."""
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if state.is_world_process_zero and self.training_bar is not None and logs:
+            shown = {k: logs[k] for k in ("loss", "nll", "learning_rate") if k in logs}
+            if shown:
+                self.training_bar.set_postfix({k: f"{v:.3g}" for k, v in shown.items()}, refresh=False)
+            else:  # evaluation results and the final summary still get printed
+                self.training_bar.write(str({k: v for k, v in logs.items() if k != "total_flos"}))
