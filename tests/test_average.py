@@ -10,31 +10,26 @@ from safetensors.torch import load_file, save_file
 
 from training.average import average_state_dicts
 from training.average import main as average_main
-from training.corpus import default_corpus
 from training.train import main as train_main
+
+try:
+    from .tiny_runs import write_inputs
+except ImportError:  # tests/ is not a package: pytest put it on sys.path
+    from tiny_runs import write_inputs
 from training.trainer import COMPLETE_MARKER
 
 REPO = Path(__file__).resolve().parent.parent
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """The models are tiny: one thread keeps OpenMP workers from spinning against each other on a busy machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory, one_thread) -> Path:
     """A real training run (training/train.py): d_model 32, 600 pairs, 12 steps, checkpoints at 4, 8 and 12."""
     root = tmp_path_factory.mktemp("average")
-    corpus = default_corpus(seed=1, train_size=600, validation_size=0, test_size=0)
-    train = root / "train.jsonl"
-    train.write_text("".join(json.dumps({"translation": row}) + "\n" for row in corpus["train"]["translation"]))
-    tiny = json.loads((REPO / "configuration" / "tiny.json").read_text())
-    (root / "model.json").write_text(json.dumps({**tiny, "d_model": 32, "d_ff": 64}))
+    files = write_inputs(root, train_size=600)
+    train = files["train"]
     out = root / "run"
     train_main([
         "--model_config", str(root / "model.json"), "--train_file", str(train), "--vocab_size", "300",

@@ -19,7 +19,11 @@ from huggingface_hub import ModelCard
 from transformers import AutoTokenizer
 
 from training.average import main as average_main
-from training.corpus import default_corpus
+
+try:
+    from .tiny_runs import write_inputs
+except ImportError:  # tests/ is not a package: pytest put it on sys.path
+    from tiny_runs import write_inputs
 from training.evaluate import main as evaluate_main
 from training.publish import main as publish_main
 from training.train import main as train_main
@@ -57,13 +61,7 @@ def test_train_average_evaluate_translate_publish_reload(tmp_path, capsys):
         since[0] = now
 
     # the default corpus, small: 600 training pairs as JSON lines
-    corpus = default_corpus(seed=1, train_size=600, validation_size=8, test_size=16)
-    files = {}
-    for split, ds in corpus.items():
-        files[split] = tmp_path / f"{split}.jsonl"
-        files[split].write_text("".join(json.dumps({"translation": row}) + "\n" for row in ds["translation"]))
-    tiny = json.loads((REPO / "configuration" / "tiny.json").read_text())
-    (tmp_path / "model.json").write_text(json.dumps({**tiny, "d_model": 32, "d_ff": 64}))
+    files = write_inputs(tmp_path, train_size=600, validation_size=8, test_size=16)
     run, avg, evaluation, upload = (tmp_path / name for name in ("run", "avg", "eval", "upload"))
 
     # 1. train 6 steps, a complete checkpoint every 3 (a small learning rate keeps the outputs non-empty)
@@ -97,7 +95,9 @@ def test_train_average_evaluate_translate_publish_reload(tmp_path, capsys):
 
     # 4. translate: the command line, stdin to stdout; an empty line stays empty
     tokenizer = AutoTokenizer.from_pretrained(avg)
-    lines, longest = similar_length_lines(tokenizer, [row["en"] for row in corpus["test"]["translation"]])
+    lines, longest = similar_length_lines(
+        tokenizer, [json.loads(line)["translation"]["en"] for line in files["test"].read_text().splitlines()]
+    )
     stdin = "\n".join([lines[0], "", *lines[1:]]) + "\n"
     cli = [sys.executable, "-m", "training.translate", "--model", str(avg), "--quiet"]
     cli += ["--batch_tokens", "1", "--max_source_tokens", str(longest)]

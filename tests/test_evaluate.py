@@ -13,16 +13,15 @@ from training.evaluate import EvaluationError, evaluate_model, load_model, token
 from training.evaluate import main as evaluate_main
 from training.train import main as train_main
 
+try:
+    from .tiny_runs import write_inputs
+except ImportError:  # tests/ is not a package: pytest put it on sys.path
+    from tiny_runs import write_inputs
+
 REPO = Path(__file__).resolve().parent.parent
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """The models are tiny: one thread keeps OpenMP workers from spinning against each other on a busy machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 @pytest.fixture(scope="module")
@@ -30,20 +29,15 @@ def setup(tmp_path_factory, one_thread) -> dict[str, Path]:
     """A model trained 300 steps by training/train.py (d_model 32): it translates badly but not uniformly, so
     hypotheses differ in content and length. The test split as JSON lines and as line-aligned text files."""
     root = tmp_path_factory.mktemp("evaluate")
-    corpus = default_corpus(seed=1, train_size=600, validation_size=0, test_size=30)
-    files = {}
-    for split in ("train", "test"):
-        files[split] = root / f"{split}.jsonl"
-        files[split].write_text("".join(json.dumps({"translation": r}) + "\n" for r in corpus[split]["translation"]))
-    rows = corpus["test"]["translation"]
+    files = write_inputs(root, train_size=600, test_size=30)
+    rows = [json.loads(line)["translation"] for line in files["test"].read_text().splitlines()]
     files["src"], files["ref"] = root / "test.en", root / "test.de"
     files["src"].write_text("".join(r["en"] + "\n" for r in rows), encoding="utf-8")
     files["ref"].write_text("".join(r["de"] + "\n" for r in rows), encoding="utf-8")
-    tiny = json.loads((REPO / "configuration" / "tiny.json").read_text())
-    (root / "model.json").write_text(json.dumps({**tiny, "d_model": 32, "d_ff": 64}))
+    config = files.pop("model")
     files["model"] = root / "run"
     train_main([
-        "--model_config", str(root / "model.json"), "--train_file", str(files["train"]), "--vocab_size", "300",
+        "--model_config", str(config), "--train_file", str(files["train"]), "--vocab_size", "300",
         "--max_tokens_per_step", "600", "--warmup_steps", "20", "--max_steps", "300", "--save_steps", "1000",
         "--logging_steps", "100", "--output_dir", str(files["model"]),
     ])  # fmt: skip

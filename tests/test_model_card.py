@@ -21,7 +21,11 @@ from huggingface_hub import ModelCard
 from safetensors.torch import load_file
 
 from training.average import main as average_main
-from training.corpus import default_corpus
+
+try:
+    from .tiny_runs import write_inputs
+except ImportError:  # tests/ is not a package: pytest put it on sys.path
+    from tiny_runs import write_inputs
 from training.evaluate import main as evaluate_main
 from training.model_card import TEMPLATE, CardError, render_card
 from training.model_card import main as card_main
@@ -38,13 +42,7 @@ def run(tmp_path_factory) -> dict[str, Path]:
     """A 4-step run with checkpoints at steps 2 and 4, their average, and its test scores (beam 2, not the
     generation config's 4, so the card must take the decoding of a score from its scores.json)."""
     root = tmp_path_factory.mktemp("card")
-    corpus = default_corpus(seed=1, train_size=300, validation_size=8, test_size=8)
-    files = {}
-    for split, ds in corpus.items():
-        files[split] = root / f"{split}.jsonl"
-        files[split].write_text("".join(json.dumps({"translation": row}) + "\n" for row in ds["translation"]))
-    tiny = json.loads((REPO / "configuration" / "tiny.json").read_text())
-    (root / "model.json").write_text(json.dumps({**tiny, "d_model": 32, "d_ff": 64}))
+    files = write_inputs(root, train_size=300, validation_size=8, test_size=8)
     train_main([
         "--model_config", str(root / "model.json"),
         "--train_file", str(files["train"]),

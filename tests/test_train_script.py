@@ -12,7 +12,10 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from training.corpus import default_corpus
+try:
+    from .tiny_runs import write_inputs
+except ImportError:  # tests/ is not a package: pytest put it on sys.path
+    from tiny_runs import write_inputs
 from training.train import main as train_main
 from training.trainer import COMPLETE_MARKER, last_complete_checkpoint
 
@@ -24,15 +27,9 @@ ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO), "TOKENIZERS
 def data(tmp_path_factory) -> dict[str, Path]:
     """Small JSONL splits of the default corpus, and a tiny model config with or without dropout."""
     root = tmp_path_factory.mktemp("data")
-    corpus = default_corpus(seed=1, train_size=600, validation_size=40, test_size=40)
-    files = {}
-    for split, ds in corpus.items():
-        files[split] = root / f"{split}.jsonl"
-        files[split].write_text("".join(json.dumps({"translation": row}) + "\n" for row in ds["translation"]))
-    tiny = json.loads((REPO / "configuration" / "tiny.json").read_text())
-    for name, p_drop in (("model", 0.1), ("model_nodrop", 0.0)):
-        files[name] = root / f"{name}.json"
-        files[name].write_text(json.dumps({**tiny, "d_model": 32, "d_ff": 64, "p_drop": p_drop}))
+    files = write_inputs(root, train_size=600, validation_size=40, test_size=40, p_drop=0.1)
+    files["model_nodrop"] = root / "model_nodrop.json"
+    files["model_nodrop"].write_text(json.dumps({**json.loads(files["model"].read_text()), "p_drop": 0.0}))
     return files
 
 

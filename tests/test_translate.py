@@ -2,7 +2,6 @@
 empty lines kept, long lines truncated with a warning or refused with --strict, invalid UTF-8 named by line number,
 translations equal to `model.generate` line by line, nothing but translations on stdout."""
 
-import json
 import os
 import subprocess
 import sys
@@ -11,9 +10,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from training.corpus import default_corpus
 from training.evaluate import load_model
 from training.train import main as train_main
+
+try:
+    from .tiny_runs import write_inputs
+except ImportError:  # tests/ is not a package: pytest put it on sys.path
+    from tiny_runs import write_inputs
 from training.translate import main as translate_main
 from training.translate import split_lines
 
@@ -23,23 +26,14 @@ ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO), "TOKENIZERS
        "OMP_NUM_THREADS": "1"}  # fmt: skip
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory, one_thread) -> Path:
     """A model trained 300 steps by training/train.py (d_model 32): poor translations, but varied ones."""
     root = tmp_path_factory.mktemp("translate")
-    corpus = default_corpus(seed=1, train_size=600, validation_size=0, test_size=0)
-    train = root / "train.jsonl"
-    train.write_text("".join(json.dumps({"translation": r}) + "\n" for r in corpus["train"]["translation"]))
-    tiny = json.loads((REPO / "configuration" / "tiny.json").read_text())
-    (root / "model.json").write_text(json.dumps({**tiny, "d_model": 32, "d_ff": 64}))
+    train = write_inputs(root, train_size=600)["train"]
     train_main([
         "--model_config", str(root / "model.json"), "--train_file", str(train), "--vocab_size", "300",
         "--max_tokens_per_step", "600", "--warmup_steps", "20", "--max_steps", "300", "--save_steps", "1000",

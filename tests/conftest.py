@@ -1,0 +1,13 @@
+"""Fixtures shared by the test modules."""
+
+import pytest
+import torch
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """The models are tiny: one thread keeps OpenMP workers from spinning against each other on a busy machine."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
