@@ -10,12 +10,8 @@ import contextlib
 import filecmp
 import io
 import json
-import os
 import re
 import shutil
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 from unittest import mock
 
@@ -29,6 +25,11 @@ from modeling_vaswani import VaswaniConfig, VaswaniForConditionalGeneration
 from training import publish
 from training.corpus import default_corpus
 from training.tokenizer import train_tokenizer
+
+try:
+    from .isolated import run_isolated
+except ImportError:  # tests/ is not a package: pytest put it on sys.path
+    from isolated import run_isolated
 
 PACKAGE_DIR = Path(modeling_vaswani.__file__).resolve().parent
 REPO_ROOT = PACKAGE_DIR.parent
@@ -48,30 +49,10 @@ TEXTS = ["I bought forty-five books on Monday.", "on March 5, 2021", "three hund
 
 # A fresh interpreter that cannot import this package (a meta-path finder refuses it, and no sys.path entry holds
 # it) loads FOLDER with the Auto classes and the translation pipeline, as a Hub user would, and translates TEXTS.
-CHILD = textwrap.dedent(
-    """
-    import importlib.abc, json, os, sys
+CHILD = """
+    import json, sys
 
-    folder, repo_root, texts = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
-
-    class BlockOurPackage(importlib.abc.MetaPathFinder):
-        def find_spec(self, name, path=None, target=None):
-            if name.split(".")[0] in ("modeling_vaswani", "training"):
-                raise ImportError(f"blocked import of {name}")
-            return None
-
-    def holds_package(entry):
-        entry = os.path.abspath(entry or os.getcwd())
-        return entry == repo_root or os.path.isdir(os.path.join(entry, "modeling_vaswani"))
-
-    sys.meta_path.insert(0, BlockOurPackage())  # also beats an editable install's own meta-path finder
-    sys.path[:] = [entry for entry in sys.path if not holds_package(entry)]
-    try:
-        import modeling_vaswani  # noqa: F401
-    except ImportError:
-        pass
-    else:
-        raise SystemExit("modeling_vaswani is importable in the child")
+    folder, texts = sys.argv[1], json.loads(sys.argv[2])
 
     import torch
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, pipeline
@@ -101,31 +82,11 @@ CHILD = textwrap.dedent(
         "training_imported": any(n == "training" or n.startswith("training.") for n in sys.modules),
     }))
     """
-)
 
 
 def load_in_fresh_process(folder: Path, texts: list[str], tmp_path: Path) -> dict:
     """Run CHILD on `folder`: HF_HUB_OFFLINE, a private modules cache, and neither the checkout nor PYTHONPATH."""
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env.update(
-        HF_HUB_OFFLINE="1",
-        HF_MODULES_CACHE=str(tmp_path / "modules"),
-        TRANSFORMERS_VERBOSITY="error",
-        TOKENIZERS_PARALLELISM="false",
-    )
-    cwd = tmp_path / "cwd"
-    cwd.mkdir(exist_ok=True)
-    proc = subprocess.run(
-        [sys.executable, "-c", CHILD, str(folder), str(REPO_ROOT), json.dumps(texts)],
-        stdin=subprocess.DEVNULL,
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    child = json.loads(proc.stdout.rpartition("\nRESULT ")[2])
+    child = run_isolated(CHILD, [str(folder), json.dumps(texts)], tmp_path)
     for module in (child["model_module"], child["config_module"], child["pipeline_module"], *child["our_modules"]):
         assert module.startswith("transformers_modules."), module  # the folder's copy, not this checkout
     assert child["model_class"] == "VaswaniForConditionalGeneration"

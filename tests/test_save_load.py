@@ -3,10 +3,6 @@
 import filecmp
 import json
 import math
-import os
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -16,6 +12,11 @@ from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM, Generatio
 
 import modeling_vaswani
 from modeling_vaswani import VaswaniConfig, VaswaniForConditionalGeneration, VaswaniModel
+
+try:
+    from .isolated import run_isolated
+except ImportError:  # tests/ is not a package: pytest put it on sys.path
+    from isolated import run_isolated
 
 TINY = dict(vocab_size=99, d_model=16, d_ff=32, h=2, encoder_layers=2, decoder_layers=2, p_drop=0.0)
 PACKAGE_DIR = Path(modeling_vaswani.__file__).resolve().parent
@@ -174,30 +175,10 @@ def test_bfloat16_load_and_save_keep_tie(model, saved, batch, tmp_path):
         assert torch.equal(again(**batch).logits, bf16(**batch).logits)
 
 
-CHILD = textwrap.dedent(
-    """
-    import importlib.abc, json, os, sys
+CHILD = """
+    import json, sys
 
-    folder, repo_root, payload = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
-
-    class BlockOurPackage(importlib.abc.MetaPathFinder):
-        def find_spec(self, name, path=None, target=None):
-            if name == "modeling_vaswani" or name.startswith("modeling_vaswani."):
-                raise ImportError(f"blocked import of {name}")
-            return None
-
-    def holds_package(entry):
-        entry = os.path.abspath(entry or os.getcwd())
-        return entry == repo_root or os.path.isdir(os.path.join(entry, "modeling_vaswani"))
-
-    sys.meta_path.insert(0, BlockOurPackage())  # also beats an editable install's own meta-path finder
-    sys.path[:] = [entry for entry in sys.path if not holds_package(entry)]
-    try:
-        import modeling_vaswani  # noqa: F401
-    except ImportError:
-        pass
-    else:
-        raise SystemExit("modeling_vaswani is importable in the child")
+    folder, payload = sys.argv[1], json.loads(sys.argv[2])
 
     import torch
     from transformers import AutoModel, AutoModelForSeq2SeqLM
@@ -209,7 +190,7 @@ CHILD = textwrap.dedent(
     base = AutoModel.from_pretrained(folder, trust_remote_code=True).eval()
     with torch.no_grad():
         hidden = base(input_ids=ids, attention_mask=mask, decoder_input_ids=torch.tensor(payload["decoder_input_ids"]))
-    print(json.dumps({
+    print("RESULT " + json.dumps({
         "lm_class": type(lm).__name__,
         "lm_module": type(lm).__module__,
         "lm_tied": lm.lm_head.weight is lm.model.shared.weight,
@@ -221,26 +202,12 @@ CHILD = textwrap.dedent(
         "our_modules": sorted(n for n in sys.modules if "modeling_vaswani" in n or "configuration_vaswani" in n),
     }))
     """
-)
 
 
 def test_remote_code_without_our_package(model, saved, batch, tmp_path):
     """A fresh process that cannot import our package loads the folder with trust_remote_code and decodes as we do."""
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env.update(HF_HUB_OFFLINE="1", HF_MODULES_CACHE=str(tmp_path / "modules"), TRANSFORMERS_VERBOSITY="error")
-    cwd = tmp_path / "cwd"
-    cwd.mkdir()
     payload = {k: v.tolist() for k, v in batch.items()}
-    proc = subprocess.run(
-        [sys.executable, "-c", CHILD, str(saved), str(REPO_ROOT), json.dumps(payload)],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    child = json.loads(proc.stdout.strip().splitlines()[-1])
+    child = run_isolated(CHILD, [str(saved), json.dumps(payload)], tmp_path)
 
     assert child["lm_class"] == "VaswaniForConditionalGeneration"
     assert child["base_class"] == "VaswaniModel"
