@@ -11,6 +11,11 @@ from torch import nn
 
 from modeling_vaswani import VaswaniConfig, VaswaniForConditionalGeneration, VaswaniModel, sinusoids
 
+try:
+    from .tiny_runs import randomise_norms_and_biases
+except ImportError:  # tests/ is not a package: pytest put it on sys.path
+    from tiny_runs import randomise_norms_and_biases
+
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configuration"
 TINY = dict(vocab_size=50, d_model=32, h=4, d_ff=64, encoder_layers=3, decoder_layers=2, p_drop=0.0)
 
@@ -35,14 +40,7 @@ def big():
 def tiny_model(seed: int = 0, randomise_norms: bool = True, **overrides) -> VaswaniForConditionalGeneration:
     torch.manual_seed(seed)
     model = VaswaniForConditionalGeneration(VaswaniConfig(**{**TINY, **overrides})).eval()
-    if randomise_norms:  # init makes them 1 and 0, which would hide a swapped norm1/norm2
-        with torch.no_grad():
-            for name, p in model.named_parameters():
-                if "norm" in name and name.endswith("weight"):
-                    p.normal_(1.0, 0.2)
-                elif name.endswith("bias"):
-                    p.normal_(0.0, 0.2)
-    return model
+    return randomise_norms_and_biases(model) if randomise_norms else model
 
 
 # ---------------------------------------------------------------- (a) parameter counts

@@ -7,6 +7,11 @@ import torch
 
 from modeling_vaswani import VaswaniConfig, VaswaniForConditionalGeneration
 
+try:
+    from .tiny_runs import randomise_norms_and_biases
+except ImportError:  # tests/ is not a package: pytest put it on sys.path
+    from tiny_runs import randomise_norms_and_biases
+
 TINY = dict(vocab_size=50, d_model=32, h=4, d_ff=64, encoder_layers=2, decoder_layers=2, p_drop=0.0)
 # fp32, same maths in a different order (fused kernels vs matmul + softmax): measured differences ~1e-6.
 ATOL, RTOL = 1e-5, 0.0
@@ -25,14 +30,7 @@ FLEX = pytest.param(
 def reference_weights(seed: int = 0) -> dict:
     """Weights of a tiny model with every LayerNorm and bias randomised (init makes them 1 and 0)."""
     torch.manual_seed(seed)
-    model = VaswaniForConditionalGeneration(VaswaniConfig(**TINY))
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "norm" in name and name.endswith("weight"):
-                p.normal_(1.0, 0.2)
-            elif name.endswith("bias"):
-                p.normal_(0.0, 0.2)
-    return model.state_dict()
+    return randomise_norms_and_biases(VaswaniForConditionalGeneration(VaswaniConfig(**TINY))).state_dict()
 
 
 def build(impl: str, state_dict: dict) -> VaswaniForConditionalGeneration:

@@ -20,6 +20,11 @@ from training.batching import (
     _let_set_epoch_reach,
 )
 
+try:
+    from .tiny_runs import cpu_trainer_args
+except ImportError:  # tests/ is not a package: pytest put it on sys.path
+    from tiny_runs import cpu_trainer_args
+
 VOCAB = 30
 
 
@@ -270,19 +275,7 @@ class FeatureKeys:
 
 
 def args(tmp_path, **overrides) -> Seq2SeqTrainingArguments:
-    settings = {
-        "output_dir": str(tmp_path),
-        "use_cpu": True,
-        "report_to": [],
-        "save_strategy": "no",
-        "logging_steps": 1,
-        "disable_tqdm": True,
-        "dataloader_pin_memory": False,
-        "learning_rate": 1e-3,
-        "weight_decay": 0.0,
-        **overrides,
-    }
-    return Seq2SeqTrainingArguments(**settings)
+    return cpu_trainer_args(tmp_path, **{"learning_rate": 1e-3, **overrides})
 
 
 def pair_id(input_ids: torch.Tensor) -> tuple[int, ...]:

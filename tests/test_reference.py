@@ -14,6 +14,11 @@ from torch import nn
 
 from modeling_vaswani import VaswaniConfig, VaswaniForConditionalGeneration, VaswaniModel
 
+try:
+    from .tiny_runs import randomise_norms_and_biases
+except ImportError:  # tests/ is not a package: pytest put it on sys.path
+    from tiny_runs import randomise_norms_and_biases
+
 # fp32 throughout; both sides do the same arithmetic in a different order, so they agree to ~1e-6.
 ATOL, RTOL = 1e-5, 0.0
 
@@ -117,14 +122,7 @@ def make_model(name: str, cls=VaswaniForConditionalGeneration, seed: int = 0):
     """A tiny model without dropout, with every LayerNorm and bias randomised (init would make them 1 and 0)."""
     torch.manual_seed(seed)
     config = VaswaniConfig(**CONFIGS[name], p_drop=0.0)
-    model = cls(config)
-    with torch.no_grad():
-        for n, p in model.named_parameters():
-            if "norm" in n and n.endswith("weight"):
-                p.normal_(1.0, 0.2)
-            elif n.endswith("bias"):
-                p.normal_(0.0, 0.2)
-    return model
+    return randomise_norms_and_biases(cls(config))
 
 
 def padded_batch(vocab_size: int, seed: int = 1):

@@ -10,6 +10,11 @@ from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments, TrainerCallba
 from modeling_vaswani import VaswaniConfig, VaswaniForConditionalGeneration
 from training.schedule import PaperScheduleTrainerMixin, get_paper_schedule, paper_lrate
 
+try:
+    from .tiny_runs import cpu_trainer_args
+except ImportError:  # tests/ is not a package: pytest put it on sys.path
+    from tiny_runs import cpu_trainer_args
+
 
 def formula(step: int, d_model: int, warmup: int) -> float:
     """§5.3, written out again: lrate = d_model^-0.5 · min(step_num^-0.5, step_num · warmup_steps^-1.5)."""
@@ -147,23 +152,15 @@ def tiny_dataset(rows: int = 12) -> datasets.Dataset:
 
 def training_args(tmp_path, **overrides) -> Seq2SeqTrainingArguments:
     settings = {
-        "output_dir": str(tmp_path),
-        "use_cpu": True,
-        "report_to": [],
-        "save_strategy": "no",
-        "logging_steps": 1,
-        "disable_tqdm": True,
-        "dataloader_pin_memory": False,
         "per_device_train_batch_size": 2,
         "max_steps": 6,
         "learning_rate": 1.0,  # the multiplier of the formula: 1.0 is the paper
         "adam_beta1": 0.9,
         "adam_beta2": 0.98,
         "adam_epsilon": 1e-9,
-        "weight_decay": 0.0,
         **overrides,
     }
-    return Seq2SeqTrainingArguments(**settings)
+    return cpu_trainer_args(tmp_path, **settings)
 
 
 def test_seq2seq_trainer_logs_and_uses_the_paper_lrate_at_every_step(tmp_path):

@@ -1,7 +1,11 @@
-"""Inputs for tests that run training/train.py for real: default-corpus splits as JSON lines and a tiny model."""
+"""Small things several test modules need: tiny training inputs, CPU Trainer arguments, a model whose LayerNorms
+and biases are not at their initial 1 and 0 (which would hide a swapped norm or a dropped bias)."""
 
 import json
 from pathlib import Path
+
+import torch
+from transformers import Seq2SeqTrainingArguments
 
 from training.corpus import default_corpus
 
@@ -25,3 +29,30 @@ def write_inputs(
     files["model"] = root / "model.json"
     files["model"].write_text(json.dumps({**tiny, "d_model": 32, "d_ff": 64, **model}))
     return files
+
+
+def cpu_trainer_args(tmp_path: Path, **overrides: object) -> Seq2SeqTrainingArguments:
+    """Seq2SeqTrainer on the CPU, quiet: no reports, no checkpoints, a log line every step; `overrides` win."""
+    settings = {
+        "output_dir": str(tmp_path),
+        "use_cpu": True,
+        "report_to": [],
+        "save_strategy": "no",
+        "logging_steps": 1,
+        "disable_tqdm": True,
+        "dataloader_pin_memory": False,
+        "weight_decay": 0.0,
+        **overrides,
+    }
+    return Seq2SeqTrainingArguments(**settings)
+
+
+def randomise_norms_and_biases(model: torch.nn.Module) -> torch.nn.Module:
+    """LayerNorm weights ~ N(1, 0.2) and every bias ~ N(0, 0.2), in place, from torch's current seed."""
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name and name.endswith("weight"):
+                p.normal_(1.0, 0.2)
+            elif name.endswith("bias"):
+                p.normal_(0.0, 0.2)
+    return model
