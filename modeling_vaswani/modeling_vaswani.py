@@ -14,6 +14,7 @@ This file travels to the Hub as remote code with `configuration_vaswani.py`: it 
 """
 
 import math
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -203,7 +204,9 @@ class VaswaniLinear(nn.Linear):
         if kernel == "int8":  # symmetric, per output channel: scale_i = max_j |W_ij| / 127
             scales = weight.abs().amax(dim=1).clamp(min=1e-12).double() / 127.0
             zeros = torch.zeros(weight.shape[0], dtype=torch.long)
-            qweight = torch.quantize_per_channel(weight, scales, zeros, 0, torch.qint8)
+            with warnings.catch_warnings():  # torch ≥ 2.12 flags quantized tensors as deprecated; fbgemm stays
+                warnings.filterwarnings("ignore", message=".*quantized tensor creation functions.*")
+                qweight = torch.quantize_per_channel(weight, scales, zeros, 0, torch.qint8)
             packed = torch.ops.quantized.linear_prepack(qweight, None if bias is None else bias.detach())
         else:
             packed = weight.to_mkldnn()

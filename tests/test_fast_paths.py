@@ -1,0 +1,214 @@
+"""Every fast path against the plain path it replaces, each with its stated tolerance.
+
+- oneDNN CPU linear kernel vs F.linear (torch's MKL sgemm): the same fp32 product summed in another order,
+  atol 1e-5 on logits of order 1.
+- int8 dynamic quantization vs fp32: an approximation, max |Δlogit| ≤ 5% of the largest |logit|, and the same
+  greedy translations on a model that has learned its task.
+- Beams sharing one cross-attention key/value cache per source vs transformers' default (encoder output repeated per
+  beam, cache reordered every step): same sequences, scores within 1e-5.
+- The min-length EOS ban vs transformers' MinLength/MinNewTokens processors: identical scores.
+"""
+
+import pytest
+import torch
+from transformers import GenerationMixin
+from transformers.generation.logits_process import MinLengthLogitsProcessor, MinNewTokensLengthLogitsProcessor
+
+from modeling_vaswani import VaswaniConfig, VaswaniForConditionalGeneration
+from modeling_vaswani.modeling_vaswani import VaswaniLinear, _EosBanUntil
+
+PAD, EOS = 1, 2
+needs_onednn = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="torch built without oneDNN")
+needs_fbgemm = pytest.mark.skipif(
+    not {"fbgemm", "x86"} & set(torch.backends.quantized.supported_engines), reason="no fbgemm/x86 quantized engine"
+)
+
+
+def make_model(seed: int = 0, **overrides) -> VaswaniForConditionalGeneration:
+    torch.manual_seed(seed)
+    fields = dict(vocab_size=50, d_model=64, d_ff=128, h=4, encoder_layers=2, decoder_layers=2, p_drop=0.0)
+    return VaswaniForConditionalGeneration(VaswaniConfig(**{**fields, **overrides})).eval()
+
+
+def padded_batch(seed: int = 1, vocab: int = 50) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(3, vocab, (3, 9), generator=g)
+    mask = torch.ones_like(ids)
+    for row, length in enumerate((9, 6, 3)):
+        ids[row, length:], mask[row, length:] = PAD, 0
+    return ids, mask
+
+
+@pytest.fixture(scope="module")
+def reverser() -> VaswaniForConditionalGeneration:
+    """A model trained until it reverses its input: int8 must keep its translations."""
+    model = make_model(seed=3).train()
+    opt = torch.optim.Adam(model.parameters(), lr=2e-3)
+    g = torch.Generator().manual_seed(0)
+    for _ in range(300):  # ~3 s; the loss ends near 0.02
+        src = torch.randint(3, 50, (32, 6), generator=g)
+        labels = torch.cat([src.flip(1), torch.full((32, 1), EOS)], dim=1)
+        loss = model(input_ids=src, attention_mask=torch.ones_like(src), labels=labels, epsilon_ls=0.0).loss
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return model.eval()
+
+
+def logits(model, ids, mask, kernel: str) -> torch.Tensor:
+    model.set_cpu_kernel(kernel)
+    labels = torch.randint(3, 50, (ids.shape[0], 5), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        return model(input_ids=ids, attention_mask=mask, labels=labels).logits
+
+
+@needs_onednn
+def test_onednn_kernel_matches_f_linear():
+    model, (ids, mask) = make_model(), padded_batch()
+    reference = logits(model, ids, mask, "aten")
+    assert all(m.__dict__.get("_packed") is None for m in model.modules() if isinstance(m, VaswaniLinear))
+    fast = logits(model, ids, mask, "onednn")
+    linears = [m for m in model.modules() if isinstance(m, VaswaniLinear)]
+    assert len(linears) == 2 * (4 + 2) + 2 * (4 + 4 + 2) + 1  # encoder, decoder, lm_head
+    assert all(m.__dict__.get("_packed") is not None for m in linears)  # every one of them ran on oneDNN
+    torch.testing.assert_close(fast, reference, atol=1e-5, rtol=0)
+
+
+@needs_onednn
+def test_packed_weights_follow_weight_changes_and_training():
+    model, (ids, mask) = make_model(), padded_batch()
+    before = logits(model, ids, mask, "onednn")
+    with torch.no_grad():
+        model.lm_head.weight.mul_(2.0)  # tied: the embeddings change too
+    after = logits(model, ids, mask, "onednn")
+    torch.testing.assert_close(after, logits(model, ids, mask, "aten"), atol=1e-5, rtol=0)
+    assert not torch.allclose(before, after)
+    model.set_cpu_kernel("onednn").train()
+    logits(model, ids, mask, "onednn")
+    loss = model(input_ids=ids, attention_mask=mask, labels=ids).loss  # autograd on: F.linear, packed copies freed
+    loss.backward()
+    assert model.lm_head.weight.grad is not None and model.model.encoder.layers[0].ffn.w_1.weight.grad is not None
+    assert all(m.__dict__.get("_packed") is None for m in model.modules() if isinstance(m, VaswaniLinear))
+
+
+@needs_fbgemm
+def test_int8_kernel_is_close_and_keeps_translations(reverser):
+    ids, mask = padded_batch(seed=5)
+    reference = logits(reverser, ids, mask, "aten")
+    quantized = logits(reverser, ids, mask, "int8")
+    assert (quantized - reference).abs().max() <= 0.05 * reference.abs().max()
+    src = torch.randint(3, 50, (16, 6), generator=torch.Generator().manual_seed(9))
+    outputs = {}
+    for kernel in ("aten", "int8"):
+        reverser.set_cpu_kernel(kernel)
+        outputs[kernel] = reverser.generate(src, num_beams=1, max_new_tokens=8)
+    reverser.set_cpu_kernel("onednn" if torch.backends.mkldnn.is_available() else "aten")
+    assert torch.equal(outputs["aten"][:, 1:7], src.flip(1))  # the model has learned the task ...
+    assert torch.equal(outputs["int8"], outputs["aten"])  # ... and int8 keeps every translation
+
+
+def test_int8_weights_are_not_saved(tmp_path):
+    model = make_model()
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    ids, mask = padded_batch()
+    if {"fbgemm", "x86"} & set(torch.backends.quantized.supported_engines):
+        logits(model, ids, mask, "int8")
+    model.save_pretrained(tmp_path)
+    loaded = VaswaniForConditionalGeneration.from_pretrained(tmp_path)
+    assert loaded.state_dict().keys() == state.keys()
+    for key, value in state.items():
+        torch.testing.assert_close(loaded.state_dict()[key], value, atol=0, rtol=0)
+
+
+def test_unknown_kernel_is_refused():
+    with pytest.raises(ValueError, match="cpu_kernel must be one of"):
+        make_model().set_cpu_kernel("fp8")
+
+
+def expanded_generate(model, *args, **kwargs):
+    """transformers' own route: encoder output repeated per beam, the whole cache reordered every step."""
+    model._expand_inputs_for_generation = lambda *a, **k: GenerationMixin._expand_inputs_for_generation(model, *a, **k)
+    model._reorder_cache = lambda cache, idx: (cache.reorder_cache(idx), cache)[1]
+    try:
+        return model.generate(*args, **kwargs)
+    finally:
+        del model._expand_inputs_for_generation, model._reorder_cache
+
+
+@pytest.mark.parametrize("attn", ["eager", "sdpa"])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        dict(num_beams=4),
+        dict(num_beams=3, num_return_sequences=3, length_penalty_rule="transformers"),
+        dict(num_beams=2, do_sample=True, num_return_sequences=2),
+        dict(num_beams=4, use_cache=False, max_new_tokens=6),
+        dict(num_beams=4, min_new_tokens=5, max_new_tokens=7),
+    ],
+)
+def test_shared_cross_attention_matches_expanded_beams(reverser, attn, kwargs):
+    reverser.set_attn_implementation(attn)
+    ids, mask = padded_batch(seed=4)
+    common = dict(attention_mask=mask, return_dict_in_generate=True, output_scores=True, **kwargs)
+    torch.manual_seed(0)
+    shared = reverser.generate(ids, **common)
+    torch.manual_seed(0)
+    expanded = expanded_generate(reverser, ids, **common)
+    reverser.set_attn_implementation("sdpa")
+    assert torch.equal(shared.sequences, expanded.sequences)
+    if "sequences_scores" in shared:
+        torch.testing.assert_close(shared.sequences_scores, expanded.sequences_scores, atol=1e-5, rtol=0)
+    for a, b in zip(shared.scores, expanded.scores, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=0)
+
+
+def test_shared_cross_attention_keeps_output_shapes(reverser):
+    reverser.set_attn_implementation("eager")
+    ids, mask = padded_batch(seed=4)
+    out = reverser.generate(
+        ids,
+        attention_mask=mask,
+        num_beams=4,
+        max_new_tokens=4,
+        return_dict_in_generate=True,
+        output_attentions=True,
+        output_hidden_states=True,
+    )
+    reverser.set_attn_implementation("sdpa")
+    B, h, S = ids.shape[0], reverser.config.h, ids.shape[1]
+    assert out.encoder_hidden_states[-1].shape[0] == B * 4 and out.encoder_attentions[0].shape[0] == B * 4
+    for step in out.cross_attentions:
+        for layer in step:
+            assert layer.shape == (B * 4, h, 1, S)
+            torch.testing.assert_close(layer.sum(-1), torch.ones(B * 4, h, 1))
+
+
+def test_decoder_batch_must_be_a_multiple_of_the_encoder_batch():
+    model, (ids, mask) = make_model(), padded_batch()
+    memory = model.get_encoder()(input_ids=ids, attention_mask=mask).last_hidden_state  # (3, 9, d)
+    with pytest.raises(ValueError, match=r"decoder batch \(4\) must be a multiple of the encoder batch \(3\)"):
+        model.model.decoder(input_ids=torch.zeros(4, 1, dtype=torch.long), encoder_hidden_states=memory)
+
+
+def test_eos_ban_equals_transformers_min_length_processors():
+    scores = torch.randn(6, 50)
+    ids = torch.zeros(6, 4, dtype=torch.long)
+    eos = torch.tensor([EOS, 7])
+    pairs = [
+        (MinLengthLogitsProcessor(5, eos), _EosBanUntil(eos, 5)),
+        (MinLengthLogitsProcessor(4, eos), _EosBanUntil(eos, 4)),
+        (MinNewTokensLengthLogitsProcessor(2, 3, eos), _EosBanUntil(eos, 2 + 3)),
+        (MinNewTokensLengthLogitsProcessor(1, 3, eos), _EosBanUntil(eos, 1 + 3)),
+    ]
+    for theirs, ours in pairs:
+        torch.testing.assert_close(ours(ids, scores.clone()), theirs(ids, scores.clone()), atol=0, rtol=0)
+    model = make_model()
+    config = model.generation_config.__class__(min_new_tokens=3, min_length=2, eos_token_id=EOS)
+    config._eos_token_tensor = torch.tensor([EOS])  # as generate() prepares it
+    processors = model._get_logits_processor(
+        generation_config=config,
+        input_ids_seq_length=1,
+        encoder_input_ids=torch.zeros(1, 2, dtype=torch.long),
+    )
+    assert sum(isinstance(p, _EosBanUntil) for p in processors) == 2
+    assert not any(isinstance(p, (MinLengthLogitsProcessor, MinNewTokensLengthLogitsProcessor)) for p in processors)
