@@ -57,6 +57,9 @@ def reverser() -> VaswaniForConditionalGeneration:
 
 def logits(model, ids, mask, kernel: str) -> torch.Tensor:
     model.set_cpu_kernel(kernel)
+    for module in model.modules():  # the test model is small: run oneDNN at every size
+        if isinstance(module, VaswaniLinear):
+            module.onednn_min_macs = 0
     labels = torch.randint(3, 50, (ids.shape[0], 5), generator=torch.Generator().manual_seed(2))
     with torch.no_grad():
         return model(input_ids=ids, attention_mask=mask, labels=labels).logits
@@ -72,6 +75,15 @@ def test_onednn_kernel_matches_f_linear():
     assert len(linears) == 2 * (4 + 2) + 2 * (4 + 4 + 2) + 1  # encoder, decoder, lm_head
     assert all(m.__dict__.get("_packed") is not None for m in linears)  # every one of them ran on oneDNN
     torch.testing.assert_close(fast, reference, atol=1e-5, rtol=0)
+
+
+@needs_onednn
+def test_small_products_stay_on_f_linear():
+    model, (ids, _) = make_model(), padded_batch()
+    model.set_cpu_kernel("onednn")
+    with torch.no_grad():
+        model(input_ids=ids[:1, :2], decoder_input_ids=ids[:1, :1])  # 2 × 64 × 64 multiply-adds: below the bar
+    assert all(m.__dict__.get("_packed") is None for m in model.modules() if isinstance(m, VaswaniLinear))
 
 
 @needs_onednn

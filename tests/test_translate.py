@@ -138,3 +138,21 @@ def test_line_splitting():
     assert split_lines(b"\n") == [b""]
     assert split_lines(b"a\n\nb") == [b"a", b"", b"b"]
     assert split_lines(b"a\r\nb\n") == [b"a", b"b"]
+
+
+def test_cpu_kernel_option_reaches_the_model(folder, tmp_path):
+    """--cpu_kernel int8: every linear layer quantized, translations equal to generate with the same kernel (one
+    sentence a batch: int8 activations are quantized per call, so batch-mates would shift each other's scale)."""
+    source, output = tmp_path / "in.txt", tmp_path / "out.txt"
+    source.write_text("".join(s + "\n" for s in SENTENCES[:3]))
+    translate_main(["--model", str(folder), "-i", str(source), "-o", str(output), "--cpu_kernel", "int8",
+                    "--batch_tokens", "1", "--quiet", "--device", "cpu"])  # fmt: skip
+    model, tokenizer = load_model(str(folder), "cpu", "int8")
+    kernels = {m.cpu_kernel for m in model.modules() if hasattr(m, "cpu_kernel")}
+    assert kernels == {"int8"}
+    with torch.no_grad():
+        expected = [
+            tokenizer.decode(model.generate(**tokenizer([s], return_tensors="pt"))[0], skip_special_tokens=True)
+            for s in SENTENCES[:3]
+        ]
+    assert output.read_text().splitlines() == expected

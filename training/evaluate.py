@@ -59,8 +59,10 @@ class EvaluationError(ValueError):
 # model and batching
 
 
-def load_model(name_or_path: str, device: str | torch.device | None = None):
+def load_model(name_or_path: str, device: str | torch.device | None = None, cpu_kernel: str | None = None):
     """(model, tokenizer) of a model folder or Hub id, in eval mode on `device` (default: cuda if present).
+
+    `cpu_kernel` picks the linear-layer kernel of CPU inference ("onednn", the default; "int8"; "aten").
 
     Raises EvaluationError naming the problem: a missing folder, a folder without config.json, or a Hub id that
     cannot be loaded (offline, only cached models load).
@@ -86,6 +88,13 @@ def load_model(name_or_path: str, device: str | torch.device | None = None):
         raise EvaluationError(f"--model {name_or_path}: could not load it as a {where}: {e}") from e
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
+    if cpu_kernel is not None:
+        if not hasattr(model, "set_cpu_kernel"):
+            raise EvaluationError(f"--cpu_kernel: {type(model).__name__} has no choice of CPU kernels")
+        try:
+            model.set_cpu_kernel(cpu_kernel)
+        except ValueError as e:
+            raise EvaluationError(f"--cpu_kernel: {e}") from e
     return model.to(device).eval(), tokenizer
 
 
@@ -311,6 +320,12 @@ def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
     )
     g.add_argument("--max_new_tokens", type=int, help="a fixed output limit instead of |source| + N")
     g.add_argument("--max_length_over_source", type=int, help="N of the |source| + N output limit (paper: 50)")
+    g.add_argument(
+        "--cpu_kernel",
+        choices=("onednn", "int8", "aten"),
+        help="linear layers on CPU: onednn (default, exact fp32), int8 (dynamic quantization: faster, "
+        "approximate), aten (torch's default matmul)",
+    )
 
 
 def check_decoding_arguments(args: argparse.Namespace) -> list[str]:
@@ -402,7 +417,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     try:
         check_arguments(args)
         sources, references, data = load_test_set(args)
-        model, tokenizer = load_model(args.model, args.device)
+        model, tokenizer = load_model(args.model, args.device, args.cpu_kernel)
         generate_kwargs = generate_overrides(args)
         result = evaluate_model(
             model,
@@ -421,6 +436,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "model": args.model,
         "data": data,
         "device": str(next(model.parameters()).device),
+        "cpu_kernel": args.cpu_kernel or "default",
         "max_tokens": args.max_tokens,
         "hypotheses_file": "hypotheses.txt",
     }

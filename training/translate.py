@@ -2,6 +2,7 @@
 
     python -m training.translate --model runs/tiny-avg5 < input.en > output.de
     python -m training.translate --model runs/tiny-avg5 -i input.en -o output.de --num_beams 1
+    python -m training.translate --model runs/tiny-avg5 -i input.en -o output.de --cpu_kernel int8  # faster CPU
     python -m training.translate --model USER/vaswani-tiny-en-de < input.en > output.de     # from the Hub
     # tiny, on CPU in seconds
     printf 'I bought five books.\\n\\non Monday\\n' | python -m training.translate --model runs/tiny
@@ -142,7 +143,7 @@ def translate_lines(args: argparse.Namespace) -> str:
 
         hf_logging.set_verbosity_error()
         hf_logging.disable_progress_bar()
-    model, tokenizer = load_model(args.model, args.device)
+    model, tokenizer = load_model(args.model, args.device, args.cpu_kernel)
     limit = args.max_source_tokens
     if limit is None:
         limit = min(DEFAULT_MAX_SOURCE_TOKENS, tokenizer.model_max_length or DEFAULT_MAX_SOURCE_TOKENS)
