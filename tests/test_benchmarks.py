@@ -1,0 +1,131 @@
+"""CPU smoke runs of benchmarks/train.py and benchmarks/scaling.py, in-process: the rows, the ratios, the results
+files (never overwritten), the plot, and argument errors that name the problem."""
+
+import itertools
+import json
+import math
+
+import pytest
+import torch
+
+from benchmarks import scaling as scaling_bench
+from benchmarks import train as train_bench
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def positive_finite(value) -> bool:
+    return isinstance(value, int | float) and math.isfinite(value) and value > 0
+
+
+def check_env(path) -> None:
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    assert rows
+    for row in rows:
+        for key in ("date", "torch", "transformers", "device"):
+            assert row["env"][key], key
+        assert row["env"]["torch"] == torch.__version__
+
+
+def test_train_smoke(tmp_path, one_thread):
+    rows = train_bench.main(["--smoke", "--device", "cpu", "--out_dir", str(tmp_path)])
+
+    expected = set(itertools.product(("fixed", "budget"), ("ours", "marian"), ("none",)))
+    keys = [(r["case"], r["system"], r["compile"]) for r in rows]
+    assert sorted(keys) == sorted(expected)  # one row each
+    for row in rows:
+        assert "error" not in row, row["error"]
+        for key in ("tokens_per_s", "tokens_per_s_median_step", "padded_tokens_per_s", "step_time_median_s"):
+            assert positive_finite(row[key]), (key, row)
+        assert positive_finite(row["flops_per_token"])
+        assert row["padded_tokens_per_s"] >= row["tokens_per_s"]
+        assert 0 <= row["padding_fraction"] < 1
+        assert math.isfinite(row["loss_first"]) and math.isfinite(row["loss_last"])
+        assert row["peak_memory_gib"] is None and row["mfu"] is None  # CPU: no allocator statistics, no peak given
+        assert row["attn_implementation"] == "sdpa" and row["precision"] == "fp32"
+    by_key = {(r["case"], r["system"]): r for r in rows}
+    for case in ("fixed", "budget"):
+        ours, marian = by_key[case, "ours"], by_key[case, "marian"]
+        for row in (ours, marian):
+            assert row["tokens_per_s_ours_over_marian"] == pytest.approx(ours["tokens_per_s"] / marian["tokens_per_s"])
+            assert "peak_memory_ours_over_marian" in row
+        assert ours["flops_per_token"] == marian["flops_per_token"]  # the same network, the same batches
+        assert ours["trainable_parameters"] == marian["trainable_parameters"]  # Marian's sinusoid tables are frozen
+    fixed = by_key["fixed", "ours"]
+    assert fixed["padding_fraction"] == 0 and fixed["timed_steps"] == 2
+    assert fixed["tokens_per_s"] == pytest.approx(4 * (8 + 8) * 2 / sum(fixed["times_s"]))  # B · (T_src + T_tgt)
+    assert by_key["fixed", "ours"]["batch_size"] == 4 and by_key["fixed", "ours"]["source_len"] == 8
+    assert "data" in by_key["budget", "ours"] and by_key["budget", "ours"]["max_tokens"] == 128
+
+    [jsonl], [md] = sorted(tmp_path.glob("train-*.jsonl")), sorted(tmp_path.glob("train-*.md"))
+    check_env(jsonl)
+    assert len(jsonl.read_text().splitlines()) == len(rows)
+    text = md.read_text()
+    assert "- torch: " in text and "- transformers: " in text and "| case | system | compile |" in text
+    first = (jsonl.read_text(), text)
+
+    # a second run (fixed case only, with a peak for MFU) writes new files and leaves the first ones alone
+    again = train_bench.main(
+        ["--smoke", "--device", "cpu", "--cases", "fixed", "--peak_tflops", "1", "--out_dir", str(tmp_path)]
+    )
+    assert len(sorted(tmp_path.glob("train-*.jsonl"))) == 2 and len(sorted(tmp_path.glob("train-*.md"))) == 2
+    assert (jsonl.read_text(), md.read_text()) == first
+    for row in again:
+        assert row["mfu"] == pytest.approx(row["flops_per_token"] * row["tokens_per_s"] / 1e12)
+
+
+def test_scaling_smoke(tmp_path, one_thread):
+    rows = scaling_bench.main(["--smoke", "--device", "cpu", "--out_dir", str(tmp_path)])
+
+    lengths, batches = scaling_bench.SMOKE["lengths"], scaling_bench.SMOKE["batch_sizes"]
+    expected = [("length", s, T) for s in ("ours", "marian") for T in lengths]
+    expected += [("batch", s, B) for s in ("ours", "marian") for B in batches]
+    got = [(r["sweep"], r["system"], r["source_len"] if r["sweep"] == "length" else r["batch_size"]) for r in rows]
+    assert sorted(got) == sorted(expected)
+    for row in rows:
+        assert "error" not in row, row["error"]
+        for key in ("step_time_median_s", "tokens_per_s", "saved_activations_gib"):
+            assert positive_finite(row[key]), (key, row)
+        assert row["peak_memory_gib"] is None
+    for sweep, system in itertools.product(("length", "batch"), ("ours", "marian")):
+        saved = [r["saved_activations_gib"] for r in rows if r["sweep"] == sweep and r["system"] == system]
+        assert saved == sorted(saved) and saved[0] < saved[-1]  # more tokens, more activations
+
+    [jsonl] = sorted(tmp_path.glob("scaling-*.jsonl"))
+    check_env(jsonl)
+    [png] = sorted(tmp_path.glob("scaling-*.png"))
+    assert png.stem == jsonl.stem
+    data = png.read_bytes()
+    assert data[:8] == PNG_SIGNATURE and data[12:16] == b"IHDR" and len(data) > 1000
+
+    scaling_bench.main(
+        ["--smoke", "--device", "cpu", "--lengths", "4", "--batch_sizes", "1", "--out_dir", str(tmp_path)]
+    )
+    assert len(sorted(tmp_path.glob("scaling-*.png"))) == 2 and png.read_bytes() == data  # not overwritten
+
+
+def test_saved_tensor_bytes_counts_each_storage_once_without_parameters():
+    weight = torch.nn.Parameter(torch.randn(8, 8))
+    x = torch.randn(100, 8, requires_grad=True)
+    with scaling_bench.SavedTensorBytes({weight.untyped_storage().data_ptr()}) as saved:
+        y = (x @ weight).exp()  # mm saves x (and the excluded weight); exp saves its output
+        (y * y).sum()  # mul saves y twice: one storage
+    assert saved.nbytes == x.nbytes + y.nbytes
+
+
+@pytest.mark.parametrize(
+    ("script", "argv", "message"),
+    [
+        (train_bench, ["--batch_size", "0"], "argument --batch_size: expected a positive integer, got 0"),
+        (train_bench, ["--compile", "none,fast"], "unknown: fast"),
+        (train_bench, ["--preset", "huge"], "--preset 'huge'"),
+        (train_bench, ["--data", "/nonexistent/train"], "--data /nonexistent/train"),
+        (scaling_bench, ["--lengths", "8,0"], "argument --lengths: expected a positive integer, got 0"),
+        (scaling_bench, ["--warmup", "-1"], "--warmup must be ≥ 0"),
+    ],
+)
+def test_bad_arguments_fail_clearly(script, argv, message, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        script.main(["--smoke", "--device", "cpu", *argv, "--out_dir", str(tmp_path)])
+    assert message in f"{exit_info.value.code} {capsys.readouterr().err}"
+    assert not list(tmp_path.iterdir())  # nothing written
