@@ -63,7 +63,7 @@ def _cpu_name() -> str:
 
 
 def pick_device(name: str) -> torch.device:
-    """"auto" → CUDA when there is one, else CPU; an unavailable CUDA is an error, not a silent CPU run."""
+    """ "auto" → CUDA when there is one, else CPU; an unavailable CUDA is an error, not a silent CPU run."""
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     device = torch.device(name)

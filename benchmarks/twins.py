@@ -153,4 +153,8 @@ __all__ = [
     "copy_weights",
     "ctranslate2_translator",
     "id_tokens",
-    "token_ids", "marian_twin", "marian_twin_config", "model_flops_per_token"]
+    "token_ids",
+    "marian_twin",
+    "marian_twin_config",
+    "model_flops_per_token",
+]

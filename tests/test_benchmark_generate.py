@@ -1,0 +1,91 @@
+"""benchmarks/generate.py in its CPU smoke form, and the twins it compares against.
+
+The Marian twin must compute the same function as this model (else the speed comparison compares different work),
+and CTranslate2 converted from it must decode the same tokens.
+"""
+
+import json
+
+import pytest
+import torch
+
+from benchmarks.generate import main as generate_main
+from benchmarks.twins import ctranslate2_translator, id_tokens, marian_twin, token_ids
+from modeling_vaswani import VaswaniConfig, VaswaniForConditionalGeneration
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def small_model(seed: int = 0) -> VaswaniForConditionalGeneration:
+    torch.manual_seed(seed)
+    config = VaswaniConfig(vocab_size=60, d_model=32, d_ff=64, h=4, encoder_layers=2, decoder_layers=2)
+    return VaswaniForConditionalGeneration(config).eval()
+
+
+def test_marian_twin_computes_the_same_logits():
+    model = small_model()
+    for module in model.modules():  # non-trivial LayerNorms and biases: a swapped norm would show
+        if isinstance(module, torch.nn.LayerNorm | torch.nn.Linear) and module.bias is not None:
+            torch.nn.init.normal_(module.bias, std=0.5)
+        if isinstance(module, torch.nn.LayerNorm):
+            torch.nn.init.normal_(module.weight, mean=1.0, std=0.5)
+    twin = marian_twin(model).eval()
+    ids = torch.randint(4, 60, (3, 7))
+    mask = torch.ones_like(ids)
+    mask[1, 5:] = 0
+    decoder = torch.randint(4, 60, (3, 5))
+    with torch.no_grad():
+        ours = model(input_ids=ids, attention_mask=mask, decoder_input_ids=decoder).logits
+        theirs = twin(input_ids=ids, attention_mask=mask, decoder_input_ids=decoder).logits
+    torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=0)
+
+
+def test_ctranslate2_decodes_what_the_model_decodes():
+    pytest.importorskip("ctranslate2")
+    model = small_model(seed=1)
+    translator = ctranslate2_translator(marian_twin(model), "float32", threads=1)
+    ids = torch.randint(4, 60, (4, 6), generator=torch.Generator().manual_seed(3))
+    ours = model.generate(ids, num_beams=1, max_new_tokens=6, min_new_tokens=6)[:, 1:]  # drop <s>
+    results = translator.translate_batch([id_tokens(r.tolist()) for r in ids], beam_size=1, max_decoding_length=6,
+                                         min_decoding_length=6)  # fmt: skip
+    assert [token_ids(r.hypotheses[0]) for r in results] == ours.tolist()
+
+
+def test_smoke_run_writes_rows_tables_and_ratios(tmp_path):
+    rows = generate_main(["--smoke", "--device", "cpu", "--repeats", "1", "--warmup", "0", "--out_dir", str(tmp_path)])
+    systems = ["ours", "ours-int8", "ours-aten", "marian"]
+    try:
+        import ctranslate2  # noqa: F401
+
+        systems += ["ct2-float32", "ct2-int8"]
+    except ImportError:
+        pass
+    assert sorted((r["mode"], r["system"]) for r in rows) == sorted(
+        (m, s) for m in ("beam4", "greedy") for s in systems
+    )
+    for row in rows:
+        assert row["new_tokens_per_s"] > 0 and row["median_s"] > 0
+        marian = next(r for r in rows if r["mode"] == row["mode"] and r["system"] == "marian")
+        assert row["vs_marian"] == pytest.approx(row["new_tokens_per_s"] / marian["new_tokens_per_s"])
+    [jsonl] = tmp_path.glob("generate-cpu*.jsonl")
+    [md] = tmp_path.glob("generate-cpu*.md")
+    records = [json.loads(line) for line in jsonl.read_text().splitlines()]
+    assert len(records) == len(rows) and {"date", "torch", "transformers", "cpu"} <= records[0]["env"].keys()
+    assert "| beam4 | ours |" in md.read_text()
+    generate_main(["--smoke", "--device", "cpu", "--repeats", "1", "--warmup", "0", "--modes", "greedy",
+                   "--systems", "ours", "--out_dir", str(tmp_path)])  # fmt: skip
+    assert len(list(tmp_path.glob("generate-cpu*.jsonl"))) == 2  # the first results are kept
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--modes", "beam5"], "--modes takes beam4 and/or greedy"),
+        (["--systems", "ours,fairseq"], "--systems on cpu takes"),
+        (["--skip_speed"], "--skip_speed leaves nothing to do"),
+        (["--bleu_model", "runs/none"], "--bleu_model and --bleu_test_file go together"),
+    ],
+)
+def test_bad_arguments_are_named(tmp_path, argv, message):
+    with pytest.raises(SystemExit, match=message):
+        generate_main(["--smoke", "--device", "cpu", "--out_dir", str(tmp_path), *argv])
