@@ -38,6 +38,7 @@ from benchmarks.common import (
 )
 from benchmarks.twins import ctranslate2_translator, id_tokens, marian_twin, token_ids
 from modeling_vaswani import VaswaniConfig, VaswaniForConditionalGeneration
+from training.runtime import keep_freed_memory_for_reuse
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configuration"
 CPU_SYSTEMS = ("ours", "ours-int8", "ours-aten", "marian", "ct2-float32", "ct2-int8")
@@ -67,6 +68,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--source_lang", default="en", help="source language of --bleu_test_file")
     parser.add_argument("--target_lang", default="de", help="target language of --bleu_test_file")
     parser.add_argument("--bleu_samples", type=positive_int, help="only the first N test sentences")
+    parser.add_argument(
+        "--plain_malloc",
+        action="store_true",
+        help="leave glibc malloc as it is (default: keep freed large blocks for reuse, training/runtime.py; "
+        "it applies to every system in the process alike)",
+    )
     parser.add_argument("--smoke", action="store_true", help="tiny model and sizes: seconds on CPU, for CI")
     parser.add_argument("--out_dir", help="results folder (default benchmarks/results)")
     return parser
@@ -276,6 +283,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     check_arguments(args, device)
     set_threads(args.threads)
     env = environment(device)
+    env["malloc_keeps_freed_blocks"] = False if args.plain_malloc else keep_freed_memory_for_reuse()
     rows = [] if args.skip_speed else speed_rows(args, device, env)
     table = markdown_table(rows, COLUMNS + (["vs_ct2_int8"] if device.type == "cpu" else [])) if rows else ""
     if args.bleu_model:

@@ -84,6 +84,7 @@ from benchmarks.common import (
 )
 from benchmarks.twins import marian_twin, model_flops_per_token
 from modeling_vaswani import VaswaniConfig, VaswaniForConditionalGeneration
+from training.runtime import keep_freed_memory_for_reuse
 
 ROOT = Path(__file__).resolve().parents[1]
 PRESETS = ROOT / "configuration"
@@ -501,6 +502,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     set_threads(args.threads)
     config = load_preset(args.preset, args.vocab_size)
     env = environment(device)
+    env["malloc_keeps_freed_blocks"] = keep_freed_memory_for_reuse()  # training/runtime.py; both systems alike
 
     # every batch first (a bad --data fails here, before any model is built)
     workloads = {}  # case → (config, timed batches, further warm-up batches, case info)

@@ -45,6 +45,7 @@ import torch
 from tqdm.auto import tqdm
 
 from training.metrics import compute_bleu_chrf
+from training.runtime import keep_freed_memory_for_reuse
 
 DEFAULT_MAX_TOKENS = 4000
 DECODING_FIELDS = ("num_beams", "length_penalty", "length_penalty_rule", "max_length_over_source", "max_new_tokens",
@@ -416,6 +417,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = build_parser().parse_args(argv)
     try:
         check_arguments(args)
+        keep_freed_memory_for_reuse()  # training/runtime.py: ~20% faster CPU beam search
         sources, references, data = load_test_set(args)
         model, tokenizer = load_model(args.model, args.device, args.cpu_kernel)
         generate_kwargs = generate_overrides(args)

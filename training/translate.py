@@ -37,6 +37,7 @@ from training.evaluate import (
     load_model,
     translate_batched,
 )
+from training.runtime import keep_freed_memory_for_reuse
 
 DEFAULT_MAX_SOURCE_TOKENS = 256
 MAX_LISTED = 10  # line numbers named in one message
@@ -179,6 +180,7 @@ def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     try:
         check_arguments(args)
+        keep_freed_memory_for_reuse()  # training/runtime.py: ~20% faster CPU beam search
         with contextlib.redirect_stdout(sys.stderr):  # whatever a library prints must not mix with translations
             text = translate_lines(args)
     except EvaluationError as e:
