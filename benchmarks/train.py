@@ -18,7 +18,10 @@ weights, also on SDPA. Both are built afresh, from the same seed, for every conf
 The step. zero_grad, forward(input_ids, attention_mask, labels), backward, optimizer.step; bf16 autocast on CUDA
 (fp32 weights and Adam states), fp32 on CPU. Each model computes its own training loss from `labels`: ours is the
 paper's label-smoothed cross-entropy (ε_ls = 0.1, §5.4), Marian's is plain cross-entropy, so the loss values
-differ; the work differs by a few elementwise passes over the B × T_tgt × V logits. The optimizer is
+differ; the work differs by a few elementwise passes over the B × T_tgt × V logits. Ours trains as
+training/train.py trains it, with config.fused_loss: the loss and its gradient are computed a chunk of rows at a
+time from the decoder states, so the whole (B·T_tgt, V) logits, fp32 log-probabilities and their gradients never
+exist (set FUSED_LOSS = False below to measure without). The optimizer is
 `torch.optim.AdamW(lr=1e-4, betas=(0.9, 0.98), eps=1e-9, weight_decay=0)` (§5.3's Adam, no schedule), fused where
 the device has the fused kernel, else foreach. With "compile", `torch.compile(model)` compiles forward and backward;
 the optimizer step stays eager. Batches are on the device before timing: no host-to-device copies are timed.
@@ -88,6 +91,7 @@ from training.runtime import keep_freed_memory_for_reuse
 
 ROOT = Path(__file__).resolve().parents[1]
 PRESETS = ROOT / "configuration"
+FUSED_LOSS = True  # ours trains with config.fused_loss (chunked loss, no whole logits), as training/train.py does
 # ../shared next to the checkout, or shared/ inside it (as a copied working tree has it)
 MULTI30K = [ROOT.parent / "shared/data/multi30k/train", ROOT / "shared/data/multi30k/train"]
 SOURCE_LANG, TARGET_LANG = "en", "de"
@@ -224,6 +228,7 @@ def build_model(system: str, config: VaswaniConfig, device: torch.device, seed: 
     ours = VaswaniForConditionalGeneration._from_config(config, attn_implementation="sdpa")
     if system == "ours":
         model = ours
+        model.config.fused_loss = FUSED_LOSS  # as training/train.py trains it
     elif system == "marian":
         model = marian_twin(ours, max_positions=max(1024, max_positions))
         model.set_attn_implementation("sdpa")

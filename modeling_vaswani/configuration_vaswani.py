@@ -28,6 +28,9 @@ class VaswaniConfig(PreTrainedConfig):
         activation_function: "relu" as in Eq. 2 ("gelu" offered for experiments).
         layer_norm_eps: ε of every LayerNorm (the paper does not state it; PyTorch's default).
         label_smoothing: ε_ls of the training loss (§5.4: 0.1); `nll_loss` is always returned as well.
+        fused_loss: in training with labels, compute the loss (and its gradient) from the decoder states a chunk
+            of rows at a time, never holding the (tokens × vocab) logits: much less memory and memory traffic.
+            The output's `logits` is then None. Off by default; training/train.py turns it on.
         init_std: None (default) initialises as fairseq and tensor2tensor do (the paper is silent):
             Xavier-uniform linear weights, N(0, d_model^-0.5) embeddings; a number gives N(0, init_std) to all.
         bos_token_id / pad_token_id / eos_token_id: 0 / 1 / 2, fairseq's order (unk is 3). pad is not 0 on
@@ -71,6 +74,7 @@ class VaswaniConfig(PreTrainedConfig):
     activation_function: str = "relu"
     layer_norm_eps: float = 1e-5
     label_smoothing: float | int = 0.1
+    fused_loss: bool = False
     init_std: float | None = None
     use_cache: bool = True
     is_encoder_decoder: bool = True

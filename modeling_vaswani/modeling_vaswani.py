@@ -673,11 +673,16 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
             use_cache=use_cache,
             **kwargs,
         )
-        logits = self.lm_head(outputs.last_hidden_state)  # (B, T_tgt, vocab)
-        loss = nll_loss = None
-        if labels is not None:
-            eps = self.config.label_smoothing if epsilon_ls is None else epsilon_ls
-            loss, nll_loss = self.loss_function(logits, labels, eps, num_items_in_batch)
+        loss = nll_loss = logits = None
+        eps = self.config.label_smoothing if epsilon_ls is None else epsilon_ls
+        if labels is not None and self.config.fused_loss and self.training and torch.is_grad_enabled():
+            loss, nll_loss = fused_label_smoothed_nll_loss(
+                outputs.last_hidden_state, self.lm_head.weight, labels, eps, num_items_in_batch
+            )
+        else:
+            logits = self.lm_head(outputs.last_hidden_state)  # (B, T_tgt, vocab)
+            if labels is not None:
+                loss, nll_loss = self.loss_function(logits, labels, eps, num_items_in_batch)
         return VaswaniSeq2SeqLMOutput(
             loss=loss,
             logits=logits,
@@ -850,6 +855,74 @@ def label_smoothed_nll_loss(
     return ((1.0 - epsilon) * nll + epsilon * smooth) / denom, nll / denom
 
 
+def fused_label_smoothed_nll_loss(
+    hidden: torch.Tensor,  # (B, T, d_model): the decoder's output
+    weight: torch.Tensor,  # (vocab, d_model): the pre-softmax linear (the shared embedding)
+    labels: torch.Tensor,  # (B, T), -100 = ignored
+    epsilon: float,
+    num_items_in_batch: int | torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`label_smoothed_nll_loss(hidden @ weightᵀ, labels, ...)` without the (B·T, vocab) logits ever existing whole.
+
+    The logits, their log-softmax and d loss / d logits are computed `_FusedLoss.rows` rows at a time in fp32, and
+    the gradients of `hidden` and `weight` are formed during the forward pass (the loss is the last operation), so
+    backward only scales them. Under autocast the two matmuls run in the autocast dtype, as lm_head would.
+    """
+    if labels.shape != hidden.shape[:-1]:
+        raise ValueError(f"labels have shape {tuple(labels.shape)}, expected {tuple(hidden.shape[:-1])}")
+    keep = labels.ne(-100)
+    denom = keep.sum() if num_items_in_batch is None else num_items_in_batch
+    denom = denom.to(hidden.device).clamp(min=1) if isinstance(denom, torch.Tensor) else max(denom, 1)
+    loss, nll = _FusedLoss.apply(hidden.reshape(-1, hidden.shape[-1]), weight, labels.reshape(-1), float(epsilon))
+    return loss / denom, nll / denom
+
+
+class _FusedLoss(torch.autograd.Function):
+    """Sums of the smoothed loss and of the NLL over kept rows; their gradients computed chunk by chunk."""
+
+    rows = 2**26  # logits elements per chunk (256 MiB in fp32); rows per chunk = rows // vocab
+
+    @staticmethod
+    def forward(ctx, hidden, weight, labels, epsilon):  # (N, d), (V, d), (N,)
+        device_type = hidden.device.type
+        dtype = torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else hidden.dtype
+        V = weight.shape[0]
+        w = weight.detach().to(dtype)  # (V, d)
+        grad_hidden = torch.empty_like(hidden)
+        grad_weight = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
+        loss_sum = hidden.new_zeros((), dtype=torch.float32)
+        nll_sum = hidden.new_zeros((), dtype=torch.float32)
+        with torch.autocast(device_type, enabled=False):
+            for start in range(0, hidden.shape[0], max(1, _FusedLoss.rows // V)):
+                h = hidden[start : start + max(1, _FusedLoss.rows // V)].detach().to(dtype)  # (n, d)
+                y = labels[start : start + h.shape[0]]
+                keep = y.ne(-100)
+                target = y.masked_fill(~keep, 0).unsqueeze(-1)  # (n, 1)
+                logits = (h @ w.t()).float()  # (n, V), fp32
+                lse = torch.logsumexp(logits, dim=-1)  # (n,)
+                nll = (lse - logits.gather(-1, target).squeeze(-1)).masked_fill(~keep, 0.0)
+                smooth = (lse - logits.mean(-1)).masked_fill(~keep, 0.0)  # mean over the vocabulary of -log p
+                nll_sum += nll.sum()
+                loss_sum += ((1.0 - epsilon) * nll + epsilon * smooth).sum()
+                # d/d logits of (1-ε)·NLL + ε·mean(-log p): softmax - (1-ε)·onehot(y) - ε/V; 0 for ignored rows
+                grad = logits.sub_(lse.unsqueeze(-1)).exp_().sub_(epsilon / V)
+                grad.scatter_add_(-1, target, torch.full_like(target, -(1.0 - epsilon), dtype=grad.dtype))
+                grad = grad.masked_fill_(~keep.unsqueeze(-1), 0.0).to(dtype)  # (n, V)
+                grad_hidden[start : start + h.shape[0]] = grad @ w  # (n, d)
+                if dtype == torch.float32:
+                    grad_weight.addmm_(grad.t(), h)  # (V, d)
+                else:
+                    grad_weight += (grad.t() @ h).float()
+        ctx.save_for_backward(grad_hidden, grad_weight.to(weight.dtype))
+        ctx.mark_non_differentiable(nll_sum)
+        return loss_sum, nll_sum
+
+    @staticmethod
+    def backward(ctx, grad_loss, grad_nll):
+        grad_hidden, grad_weight = ctx.saved_tensors
+        return grad_hidden * grad_loss.to(grad_hidden.dtype), grad_weight * grad_loss.to(grad_weight.dtype), None, None
+
+
 class VaswaniTranslationPipeline(Pipeline):
     """`pipeline("translation", model=folder_or_repo, trust_remote_code=True)`: texts in, translations out.
 
@@ -895,6 +968,7 @@ __all__ = [
     "VaswaniSeq2SeqLMOutput",
     "VaswaniTranslationPipeline",
     "gnmt_length_penalty",
+    "fused_label_smoothed_nll_loss",
     "label_smoothed_nll_loss",
     "sinusoids",
 ]

@@ -224,3 +224,73 @@ def test_eos_ban_equals_transformers_min_length_processors():
     )
     assert sum(isinstance(p, _EosBanUntil) for p in processors) == 2
     assert not any(isinstance(p, (MinLengthLogitsProcessor, MinNewTokensLengthLogitsProcessor)) for p in processors)
+
+
+@pytest.fixture
+def small_chunks():
+    """Chunks of 7 rows (vocab 50): a batch spans several, with a short last one."""
+    from modeling_vaswani.modeling_vaswani import _FusedLoss
+
+    before, _FusedLoss.rows = _FusedLoss.rows, 7 * 50
+    yield
+    _FusedLoss.rows = before
+
+
+def loss_and_grads(model, fused: bool, autocast: bool = False, **kwargs):
+    model.config.fused_loss = fused
+    model.zero_grad()
+    ids, mask = padded_batch(seed=6)
+    labels = torch.randint(3, 50, (3, 8), generator=torch.Generator().manual_seed(7))
+    labels[1, 5:] = -100
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        out = model(input_ids=ids, attention_mask=mask, labels=labels, **kwargs)
+    out.loss.backward()
+    return out, {name: p.grad.clone() for name, p in model.named_parameters()}
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"epsilon_ls": 0.0}, {"num_items_in_batch": torch.tensor(40)}])
+def test_fused_loss_matches_the_plain_loss_and_its_gradients(small_chunks, kwargs):
+    """Tolerance 1e-6: the same fp32 sums in another order."""
+    model = make_model(p_drop=0.0).train()
+    plain, plain_grads = loss_and_grads(model, False, **kwargs)
+    fused, fused_grads = loss_and_grads(model, True, **kwargs)
+    assert fused.logits is None and plain.logits is not None
+    torch.testing.assert_close(fused.loss, plain.loss, atol=1e-6, rtol=0)
+    torch.testing.assert_close(fused.nll_loss, plain.nll_loss, atol=1e-6, rtol=0)
+    for name, grad in plain_grads.items():
+        torch.testing.assert_close(fused_grads[name], grad, atol=1e-6, rtol=0, msg=name)
+
+
+def test_fused_loss_under_bf16_autocast(small_chunks):
+    """bf16 matmuls on both paths: loss within 1% of the plain bf16 loss, and the gradients (all of them, as one
+    vector) no further from the fp32 gradients than 1.5 × the plain bf16 path's distance (+1e-3 relative)."""
+    model = make_model(p_drop=0.0).train()
+    _, reference = loss_and_grads(model, False)
+    plain, plain_grads = loss_and_grads(model, False, autocast=True)
+    fused, fused_grads = loss_and_grads(model, True, autocast=True)
+    torch.testing.assert_close(fused.loss, plain.loss, atol=0, rtol=1e-2)
+
+    def distance(grads):
+        flat = torch.cat([(grads[n] - g).flatten() for n, g in reference.items()])
+        return flat.norm() / torch.cat([g.flatten() for g in reference.values()]).norm()
+
+    assert distance(fused_grads) <= 1.5 * distance(plain_grads) + 1e-3
+
+
+def test_fused_loss_never_holds_whole_logits(small_chunks):
+    """Nothing autograd saves is as large as the (tokens × vocab) logits; eval mode still returns the logits."""
+    model = make_model(p_drop=0.0).train()
+    model.config.fused_loss = True
+    ids, mask = padded_batch()
+    labels = torch.randint(3, 50, (3, 8))
+    shapes = []
+
+    def pack(tensor):
+        shapes.append(tuple(tensor.shape))
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        model(input_ids=ids, attention_mask=mask, labels=labels).loss.backward()
+    assert shapes and not [s for s in shapes if s and s[-1] == 50]  # no (..., vocab) tensor: no logits, no log-probs
+    with torch.no_grad():
+        assert model.eval()(input_ids=ids, attention_mask=mask, labels=labels).logits.shape == (3, 8, 50)

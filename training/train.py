@@ -83,6 +83,11 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--fp16", action="store_true", help="float16 mixed precision with loss scaling")
     t.add_argument("--seed", type=int, help="seed for weights, dropout and batch order")
     t.add_argument("--use_cpu", action="store_true", help="train on the CPU even where a GPU is present")
+    t.add_argument(
+        "--no_fused_loss",
+        action="store_true",
+        help="compute the training logits whole (default: the chunked fused loss, config.fused_loss = true)",
+    )
     o = p.add_argument_group("logging and checkpoints")
     o.add_argument("--logging_steps", type=int, help="log loss, NLL and learning rate every N steps")
     o.add_argument("--eval_steps", type=int, help="validate (loss and BLEU with the paper's decoding) every N steps")
@@ -198,6 +203,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     config = modeling_vaswani.VaswaniConfig.from_json_file(s["model_config"])
     config.vocab_size = len(tokenizer)
     config.label_smoothing = s.get("label_smoothing", config.label_smoothing)
+    config.fused_loss = not s.get("no_fused_loss")  # training loss without whole (tokens × vocab) logits
     special = {
         "pad": (config.pad_token_id, tokenizer.pad_token_id),
         "bos": (config.bos_token_id, tokenizer.bos_token_id),
