@@ -42,7 +42,10 @@ from training.runtime import keep_freed_memory_for_reuse
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configuration"
 CPU_SYSTEMS = ("ours", "ours-int8", "ours-aten", "marian", "ct2-float32", "ct2-int8")
-GPU_SYSTEMS = ("ours", "marian", "ct2-bfloat16", "ct2-int8_bfloat16")
+GPU_SYSTEMS = ("ours", "ours-static", "marian", "marian-static", "ct2-bfloat16", "ct2-int8_bfloat16")
+# "-static": generate(cache_implementation="static"); on CUDA transformers then compiles each decoding step
+# (CUDA graphs). Both systems get it. On CPU they run uncompiled: allowed there only to test the path.
+EXTRA_CPU = ("ours-static", "marian-static")
 COLUMNS = ["mode", "system", "batch", "new_tokens", "median_s", "new_tokens_per_s", "vs_marian", "vs_ct2"]
 
 
@@ -84,8 +87,9 @@ def check_arguments(args: argparse.Namespace, device: torch.device) -> None:
     modes = [m for m in args.modes.split(",") if m]
     if not modes or set(modes) - {"beam4", "greedy"}:
         raise SystemExit(f"--modes takes beam4 and/or greedy, got {args.modes!r}")
-    allowed = CPU_SYSTEMS if device.type == "cpu" else GPU_SYSTEMS
-    systems = [s for s in (args.systems or ",".join(allowed)).split(",") if s]
+    default = CPU_SYSTEMS if device.type == "cpu" else GPU_SYSTEMS
+    allowed = CPU_SYSTEMS + EXTRA_CPU if device.type == "cpu" else GPU_SYSTEMS
+    systems = [s for s in (args.systems or ",".join(default)).split(",") if s]
     if not systems or set(systems) - set(allowed):
         raise SystemExit(f"--systems on {device.type} takes {', '.join(allowed)}, got {args.systems!r}")
     if args.warmup < 0:
@@ -122,8 +126,9 @@ def sizes(args: argparse.Namespace, device: torch.device) -> dict[str, int]:
     }
 
 
-def hf_decode(model, src: torch.Tensor, beams: int, new_tokens: int):
+def hf_decode(model, src: torch.Tensor, beams: int, new_tokens: int, static: bool = False):
     """transformers generate with a fixed output length (min = max new tokens), no sampling."""
+    extra = {"cache_implementation": "static"} if static else {}
     return lambda: model.generate(
         src,
         attention_mask=torch.ones_like(src),
@@ -133,6 +138,7 @@ def hf_decode(model, src: torch.Tensor, beams: int, new_tokens: int):
         max_new_tokens=new_tokens,
         length_penalty=1.0,
         early_stopping=True,
+        **extra,
     )
 
 
@@ -173,10 +179,10 @@ def speed_rows(args, device, env) -> list[dict]:
         if system.startswith("ct2-"):
             run = ct2_decode(translators[system], src, beams, size["new_tokens"])
         else:
-            model = twin if system == "marian" else ours
+            model = twin if system.startswith("marian") else ours
             if system.startswith("ours") and device.type == "cpu":
-                model.set_cpu_kernel({"ours": "onednn", "ours-int8": "int8", "ours-aten": "aten"}[system])
-            run = hf_decode(model, src, beams, size["new_tokens"])
+                model.set_cpu_kernel({"ours-int8": "int8", "ours-aten": "aten"}.get(system, "onednn"))
+            run = hf_decode(model, src, beams, size["new_tokens"], static=system.endswith("-static"))
         with torch.inference_mode():
             timing = time_it(run, device, args.warmup, args.repeats)
         rows.append(

@@ -864,7 +864,7 @@ def fused_label_smoothed_nll_loss(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """`label_smoothed_nll_loss(hidden @ weightᵀ, labels, ...)` without the (B·T, vocab) logits ever existing whole.
 
-    The logits, their log-softmax and d loss / d logits are computed `_FusedLoss.rows` rows at a time in fp32, and
+    The logits, their log-softmax and d loss / d logits are computed FUSED_LOSS_CHUNK // vocab rows at a time in fp32:
     the gradients of `hidden` and `weight` are formed during the forward pass (the loss is the last operation), so
     backward only scales them. Under autocast the two matmuls run in the autocast dtype, as lm_head would.
     """
@@ -873,17 +873,19 @@ def fused_label_smoothed_nll_loss(
     keep = labels.ne(-100)
     denom = keep.sum() if num_items_in_batch is None else num_items_in_batch
     denom = denom.to(hidden.device).clamp(min=1) if isinstance(denom, torch.Tensor) else max(denom, 1)
-    loss, nll = _FusedLoss.apply(hidden.reshape(-1, hidden.shape[-1]), weight, labels.reshape(-1), float(epsilon))
+    rows = max(1, FUSED_LOSS_CHUNK // weight.shape[0])  # rows per chunk
+    loss, nll = _FusedLoss.apply(hidden.reshape(-1, hidden.shape[-1]), weight, labels.reshape(-1), float(epsilon), rows)
     return loss / denom, nll / denom
 
 
-class _FusedLoss(torch.autograd.Function):
-    """Sums of the smoothed loss and of the NLL over kept rows; their gradients computed chunk by chunk."""
+FUSED_LOSS_CHUNK = 2**26  # logits elements per chunk of the fused loss: 256 MiB in fp32
 
-    rows = 2**26  # logits elements per chunk (256 MiB in fp32); rows per chunk = rows // vocab
+
+class _FusedLoss(torch.autograd.Function):
+    """Sums of the smoothed loss and of the NLL over kept rows; their gradients computed `rows` rows at a time."""
 
     @staticmethod
-    def forward(ctx, hidden, weight, labels, epsilon):  # (N, d), (V, d), (N,)
+    def forward(ctx, hidden, weight, labels, epsilon, rows):  # (N, d), (V, d), (N,)
         device_type = hidden.device.type
         dtype = torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else hidden.dtype
         V = weight.shape[0]
@@ -893,8 +895,8 @@ class _FusedLoss(torch.autograd.Function):
         loss_sum = hidden.new_zeros((), dtype=torch.float32)
         nll_sum = hidden.new_zeros((), dtype=torch.float32)
         with torch.autocast(device_type, enabled=False):
-            for start in range(0, hidden.shape[0], max(1, _FusedLoss.rows // V)):
-                h = hidden[start : start + max(1, _FusedLoss.rows // V)].detach().to(dtype)  # (n, d)
+            for start in range(0, hidden.shape[0], rows):
+                h = hidden[start : start + rows].detach().to(dtype)  # (n, d)
                 y = labels[start : start + h.shape[0]]
                 keep = y.ne(-100)
                 target = y.masked_fill(~keep, 0).unsqueeze(-1)  # (n, 1)
@@ -920,7 +922,8 @@ class _FusedLoss(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_loss, grad_nll):
         grad_hidden, grad_weight = ctx.saved_tensors
-        return grad_hidden * grad_loss.to(grad_hidden.dtype), grad_weight * grad_loss.to(grad_weight.dtype), None, None
+        scale = grad_loss.to(grad_hidden.dtype)
+        return grad_hidden * scale, grad_weight * grad_loss.to(grad_weight.dtype), None, None, None
 
 
 class VaswaniTranslationPipeline(Pipeline):

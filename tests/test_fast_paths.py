@@ -9,6 +9,8 @@
 - The min-length EOS ban vs transformers' MinLength/MinNewTokens processors: identical scores.
 """
 
+import os
+
 import pytest
 import torch
 from transformers import GenerationMixin
@@ -229,11 +231,11 @@ def test_eos_ban_equals_transformers_min_length_processors():
 @pytest.fixture
 def small_chunks():
     """Chunks of 7 rows (vocab 50): a batch spans several, with a short last one."""
-    from modeling_vaswani.modeling_vaswani import _FusedLoss
+    import modeling_vaswani.modeling_vaswani as modeling
 
-    before, _FusedLoss.rows = _FusedLoss.rows, 7 * 50
+    before, modeling.FUSED_LOSS_CHUNK = modeling.FUSED_LOSS_CHUNK, 7 * 50
     yield
-    _FusedLoss.rows = before
+    modeling.FUSED_LOSS_CHUNK = before
 
 
 def loss_and_grads(model, fused: bool, autocast: bool = False, **kwargs):
@@ -294,3 +296,37 @@ def test_fused_loss_never_holds_whole_logits(small_chunks):
     assert shapes and not [s for s in shapes if s and s[-1] == 50]  # no (..., vocab) tensor: no logits, no log-probs
     with torch.no_grad():
         assert model.eval()(input_ids=ids, attention_mask=mask, labels=labels).logits.shape == (3, 8, 50)
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_training_forward_is_one_graph(fused):
+    """torch.compile sees the whole training forward (loss included) as one graph: no graph breaks."""
+    torch._dynamo.reset()
+    model = make_model(fused_loss=fused).train()
+    ids, mask = padded_batch()
+    labels = torch.randint(3, 50, (3, 5))
+    explanation = torch._dynamo.explain(lambda: model(input_ids=ids, attention_mask=mask, labels=labels).loss)()
+    torch._dynamo.reset()
+    assert (explanation.graph_count, explanation.graph_break_count) == (1, 0), explanation.break_reasons
+
+
+@pytest.mark.skipif(os.environ.get("VASWANI_TEST_COMPILE") != "1", reason="compiles (~20 s): VASWANI_TEST_COMPILE=1")
+def test_compiled_fused_training_step_equals_eager():
+    """fullgraph torch.compile of the fused-loss training step: loss and gradients within 1e-5 of eager."""
+    model = make_model(fused_loss=True).train()
+    ids, mask = padded_batch()
+    labels = torch.randint(3, 50, (3, 5))
+    labels[0, 3:] = -100
+
+    def step():
+        return model(input_ids=ids, attention_mask=mask, labels=labels).loss
+
+    eager = step()
+    eager.backward()
+    reference = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad()
+    compiled = torch.compile(step, fullgraph=True)()
+    compiled.backward()
+    torch.testing.assert_close(compiled, eager, atol=1e-5, rtol=0)
+    for name, param in model.named_parameters():
+        torch.testing.assert_close(param.grad, reference[name], atol=1e-5, rtol=0, msg=name)

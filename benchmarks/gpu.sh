@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Every GPU benchmark of issue 5 in one prepared run, for one CUDA GPU with no network (the device machine: torch
+# 2.11, transformers 5.17, Python 3.12). Results go to $OUT when set (the device tool brings them back), else to
+# benchmarks/results/. Each part has its own time limit and a failed part does not stop the next.
+#
+# Wheels the machine lacks travel in .whl/ (git-ignored); fetch them here once (Python 3.12, manylinux x86-64):
+#   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+#     --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
+#     -d .whl transformers==5.24.0 ctranslate2==4.8.5 datasets==5.2.0 dill multiprocess
+# then, with the device tool: run(command="bash benchmarks/gpu.sh", carry=[".whl"], timeout_s=600).
+#
+# Try the whole flow on a CPU first, tiny sizes, seconds:   BENCH_SMOKE=1 bash benchmarks/gpu.sh
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+if [ -z "${BENCH_SMOKE:-}" ] && compgen -G ".whl/*.whl" > /dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    || exit 1
+  export PYTHONPATH="/tmp/site:$PWD"
+else
+  export PYTHONPATH="$PWD"
+fi
+export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+out="${OUT:-benchmarks/results}"
+mkdir -p "$out"
+
+if [ -n "${BENCH_SMOKE:-}" ]; then
+  device=(--device cpu --smoke)
+  limit=120
+else
+  device=(--device cuda)
+  limit=600
+  nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv > "$out/gpu.txt" 2>&1
+fi
+python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)" \
+  | tee "$out/versions.txt"
+
+part() {  # part NAME SECONDS COMMAND...: run, time, keep going
+  local name=$1 seconds=$2
+  shift 2
+  echo "=== $name (limit ${seconds}s)"
+  local start=$SECONDS
+  timeout "$seconds" "$@" > "$out/$name.log" 2>&1
+  echo "=== $name: exit $? after $((SECONDS - start)) s"
+  tail -n 25 "$out/$name.log"
+}
+
+# most wanted first: training throughput and memory (the 1.5× and 0.8× goals), then decoding (the 2× goal)
+part train-fixed "$((limit * 2 / 5))" python3 -m benchmarks.train "${device[@]}" --cases fixed --out_dir "$out"
+part generate "$((limit / 4))" python3 -m benchmarks.generate "${device[@]}" --out_dir "$out"
+part train-budget "$((limit / 5))" python3 -m benchmarks.train "${device[@]}" --cases budget --compile none \
+  --out_dir "$out"
+part scaling "$((limit / 5))" python3 -m benchmarks.scaling "${device[@]}" --out_dir "$out"
+ls -la "$out"
