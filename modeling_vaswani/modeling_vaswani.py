@@ -769,6 +769,9 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
         return processors
 
     def _beam_search(self, input_ids, logits_processor, stopping_criteria, generation_config, **kwargs):
+        for processor in logits_processor:
+            if isinstance(processor, _EosBanUntil):
+                processor.in_place = True
         self._gnmt_alpha = (
             generation_config.length_penalty
             if getattr(generation_config, "length_penalty_rule", "transformers") == "gnmt"
@@ -817,11 +820,15 @@ class _EosBanUntil(LogitsProcessor):
     def __init__(self, eos_token_id: torch.Tensor, length: int):
         self.eos = torch.as_tensor(eos_token_id).flatten()
         self.length = length
+        self.in_place = False  # beam search sets it: its scores are a fresh log_softmax, stored only as copies
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         if input_ids.shape[-1] >= self.length:
             return scores
-        return scores.index_fill(-1, self.eos.to(scores.device), -math.inf)  # (B, vocab), a new tensor
+        eos = self.eos.to(scores.device)
+        if self.in_place:
+            return scores.index_fill_(-1, eos, -math.inf)
+        return scores.index_fill(-1, eos, -math.inf)  # (B, vocab), a new tensor: _sample keeps its input as logits
 
 
 def gnmt_length_penalty(length: int | torch.Tensor, alpha: float) -> float | torch.Tensor:

@@ -9,6 +9,7 @@
 - The min-length EOS ban vs transformers' MinLength/MinNewTokens processors: identical scores.
 """
 
+import math
 import os
 
 import pytest
@@ -330,3 +331,14 @@ def test_compiled_fused_training_step_equals_eager():
     torch.testing.assert_close(compiled, eager, atol=1e-5, rtol=0)
     for name, param in model.named_parameters():
         torch.testing.assert_close(param.grad, reference[name], atol=1e-5, rtol=0, msg=name)
+
+
+@pytest.mark.parametrize("beams", [1, 3])
+def test_eos_ban_marks_scores_but_not_raw_logits(beams):
+    model, (ids, mask) = make_model(), padded_batch()
+    out = model.generate(ids, attention_mask=mask, num_beams=beams, min_new_tokens=3, max_new_tokens=4,
+                         return_dict_in_generate=True, output_logits=True, output_scores=True)  # fmt: skip
+    for step in range(3):
+        assert torch.isfinite(out.logits[step][:, EOS]).all()  # what the model said, untouched
+        assert (out.scores[step][:, EOS] == -math.inf).all()  # what decoding used
+    assert torch.isfinite(out.scores[3][:, EOS]).all()
