@@ -111,6 +111,7 @@ DEFAULTS = {
         "max_tokens": 25_000,  # §5.1's 25,000 source + 25,000 target tokens per step, on one device
         "steps": 20,
         "warmup": 3,
+        "rounds": 1,
         "compile": list(COMPILE),
         "pad_to_multiple_of": 8,
         "max_pairs": None,
@@ -126,6 +127,7 @@ DEFAULTS = {
         "compile": ["none"],
         "pad_to_multiple_of": 1,
         "max_pairs": None,
+        "rounds": 3,
     },
 }
 SMOKE = {
@@ -136,6 +138,7 @@ SMOKE = {
     "max_tokens": 128,
     "steps": 2,
     "warmup": 1,
+    "rounds": 1,
     "compile": ["none"],
     "max_pairs": 1000,
     "threads": 1,  # tiny matrices: more threads only wait on each other (and on anything else running)
@@ -443,6 +446,19 @@ def warm_up(mode: str, timed: list, further: list) -> list:
     return warm + [timed[0]] * max(0, 2 - len(warm))
 
 
+def merge_rounds(results: list[dict]) -> dict:
+    """One system's rounds as one measurement: step times pooled, peak memory the largest, losses of round 1."""
+    merged = dict(results[0])
+    merged["times_s"] = [t for r in results for t in r["times_s"]]
+    merged["total_s"] = sum(r["total_s"] for r in results)
+    merged["step_time_median_s"] = statistics.median(merged["times_s"])
+    merged["step_time_min_s"] = min(merged["times_s"])
+    memory = [r["peak_memory_gib"] for r in results if r.get("peak_memory_gib") is not None]
+    merged["peak_memory_gib"] = max(memory) if memory else None
+    merged["rounds"] = len(results)
+    return merged
+
+
 def ratio(a: float | None, b: float | None) -> float | None:
     return a / b if a is not None and b else None
 
@@ -471,6 +487,12 @@ def build_parser() -> argparse.ArgumentParser:
     a("--max_pairs", type=positive, help="budget case: use only the first N training pairs (default all)")
     a("--steps", type=positive, help="timed steps per configuration (default 20 GPU, 5 CPU)")
     a("--warmup", type=int, help="untimed steps before them (default 3 GPU, 2 CPU; compile adds a pass, see above)")
+    a(
+        "--rounds",
+        type=positive,
+        help="measure each system this many times, alternating which goes first (ours, marian / marian, ours, ...);"
+        " the times are pooled: cancels drift on a shared CPU (default 3 CPU, 1 GPU)",
+    )
     a("--peak_tflops", type=positive_float, help="peak FLOP/s in 10^12 for MFU (default 989 on CUDA, none on CPU)")
     a("--threads", type=positive, help="CPU threads for torch (default: torch's choice; 1 with --smoke)")
     a("--seed", type=int, default=0, help="seed of the weights, the random batch and the batch order")
@@ -519,7 +541,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         workloads["budget"] = (budget_config, batches[: args.steps], batches[args.steps :], info)
 
     plan = [(case, mode, system) for case in workloads for mode in args.compile for system in SYSTEMS]
-    rows, bar = [], tqdm(total=len(plan), desc="train benchmark", unit="config", file=sys.stderr)
+    rows, bar = [], tqdm(total=len(plan) * args.rounds, desc="train benchmark", unit="run", file=sys.stderr)
     for case, (case_config, timed, further, info) in workloads.items():
         stats = batch_stats(timed, case_config)
         flops_per_token = stats["flops"] / stats["real_tokens"]
@@ -542,28 +564,44 @@ def main(argv: list[str] | None = None) -> list[dict]:
                     "warmup_steps": len(warm),
                     "timed_steps": len(timed),
                 }
-                try:
-                    result = measure(system, mode, case_config, warm, timed, device, args)
-                except Exception as e:  # one failed configuration (OOM, compile error) must not lose the others
-                    row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-                    print(f"{case} {system} {mode} failed: {row['error']}", file=sys.stderr, flush=True)
-                    release(device, compiled=mode == "compile")
-                else:
+                pair[system] = row
+            for round_ in range(args.rounds):  # ours first in even rounds, marian first in odd ones
+                for system in SYSTEMS if round_ % 2 == 0 else SYSTEMS[::-1]:
+                    row = pair[system]
+                    if "error" in row:
+                        continue
+                    bar.set_postfix_str(f"{case} {system} {mode} round {round_ + 1}")
+                    try:
+                        result = measure(system, mode, case_config, warm, timed, device, args)
+                    except Exception as e:  # one failed configuration (OOM, compile error) must not lose the others
+                        row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+                        print(f"{case} {system} {mode} failed: {row['error']}", file=sys.stderr, flush=True)
+                        release(device, compiled=mode == "compile")
+                        bar.update(args.rounds - round_)
+                        continue
+                    row.setdefault("_rounds", []).append(result)
+                    bar.update()
+            for system in SYSTEMS:
+                row = pair[system]
+                done = row.pop("_rounds", [])
+                if done and "error" not in row:
+                    result = merge_rounds(done)
                     total = result.pop("total_s")
-                    tokens_per_s = stats["real_tokens"] / total
-                    per_step = [n / t for n, t in zip(stats["real_tokens_per_batch"], result["times_s"], strict=True)]
+                    tokens_per_s = len(done) * stats["real_tokens"] / total
+                    per_step = [
+                        n / t
+                        for n, t in zip(stats["real_tokens_per_batch"] * len(done), result["times_s"], strict=True)
+                    ]
                     row.update(result)
                     row.update(
                         tokens_per_s=tokens_per_s,
                         tokens_per_s_median_step=statistics.median(per_step),
-                        padded_tokens_per_s=stats["padded_tokens"] / total,
+                        padded_tokens_per_s=len(done) * stats["padded_tokens"] / total,
                         padding_fraction=1 - stats["real_tokens"] / stats["padded_tokens"],
                         flops_per_token=flops_per_token,
                         peak_tflops=args.peak_tflops,
                         mfu=flops_per_token * tokens_per_s / (args.peak_tflops * 1e12) if args.peak_tflops else None,
                     )
-                pair[system] = row
-                bar.update()
             ours, marian = pair["ours"], pair["marian"]
             for row in (ours, marian):
                 row["tokens_per_s_ours_over_marian"] = ratio(ours.get("tokens_per_s"), marian.get("tokens_per_s"))

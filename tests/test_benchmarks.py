@@ -64,14 +64,18 @@ def test_train_smoke(tmp_path, one_thread):
     assert "- torch: " in text and "- transformers: " in text and "| case | system | compile |" in text
     first = (jsonl.read_text(), text)
 
-    # a second run (fixed case only, with a peak for MFU) writes new files and leaves the first ones alone
+    # a second run (fixed case only, with a peak for MFU, 2 rounds) writes new files and leaves the first ones alone
     again = train_bench.main(
-        ["--smoke", "--device", "cpu", "--cases", "fixed", "--peak_tflops", "1", "--out_dir", str(tmp_path)]
-    )
+        ["--smoke", "--device", "cpu", "--cases", "fixed", "--peak_tflops", "1", "--rounds", "2",
+         "--out_dir", str(tmp_path)]
+    )  # fmt: skip
     assert len(sorted(tmp_path.glob("train-*.jsonl"))) == 2 and len(sorted(tmp_path.glob("train-*.md"))) == 2
     assert (jsonl.read_text(), md.read_text()) == first
     for row in again:
         assert row["mfu"] == pytest.approx(row["flops_per_token"] * row["tokens_per_s"] / 1e12)
+        assert row["rounds"] == 2 and len(row["times_s"]) == 2 * 2  # two rounds of two timed steps, pooled
+        assert row["tokens_per_s"] == pytest.approx(4 * (8 + 8) * 4 / sum(row["times_s"]))
+        assert row["padded_tokens_per_s"] == pytest.approx(row["tokens_per_s"])  # no padding in the fixed case
 
 
 def test_scaling_smoke(tmp_path, one_thread):
