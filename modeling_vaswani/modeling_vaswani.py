@@ -161,31 +161,47 @@ CPU_KERNELS = ("onednn", "int8", "aten")
 
 
 class VaswaniLinear(nn.Linear):
-    """nn.Linear (same parameters, same state dict) whose CPU inference may run a faster kernel.
+    """nn.Linear (same parameters, same state dict) whose fp32 CPU calls may run a faster kernel.
 
-    Only fp32 CPU calls without autograd change kernel; training, accelerators and other dtypes use F.linear.
+    Only fp32 CPU calls outside autocast and torch.compile change kernel; accelerators and other dtypes use F.linear.
     "onednn" (default): the same fp32 product through oneDNN on a packed copy of the weight: torch's default CPU
     matmul (MKL sgemm) ran 1.3–2.1× slower on the AMD EPYC this was profiled on. "int8": dynamic int8 quantization
-    (weights per output channel, activations per call, fbgemm), an approximation and opt-in. "aten": F.linear.
-    The packed copy is rebuilt whenever the weight changes and dropped by the next call with autograd on.
+    (weights per output channel, activations per call, fbgemm), an approximation and opt-in, inference only.
+    "aten": F.linear. With autograd on, "onednn" runs forward and both backward products through oneDNN too
+    (`_OneDNNLinear`). The inference weight copy is rebuilt whenever the weight changes and dropped by the next
+    call with autograd on.
     """
 
     cpu_kernel = "onednn" if torch.backends.mkldnn.is_available() else "aten"
     onednn_min_macs = 2**22  # oneDNN costs ~30 µs a call in conversions: below ~4M multiply-adds F.linear wins
+    onednn_training = True  # oneDNN in training too (1.2× a base-model step on 2 cores); off for lm_head (slower)
+
+    def _fp32_cpu(self, x: torch.Tensor) -> bool:
+        return (
+            not is_torchdynamo_compiling()  # first: compiled code keeps F.linear, and must not trace the rest
+            and self.cpu_kernel != "aten"
+            and x.device.type == "cpu"
+            and x.dtype == torch.float32
+            and self.weight.dtype == torch.float32
+            and not self.weight.is_inference()
+            and not torch.is_autocast_enabled("cpu")  # autocast's bf16 goes through F.linear
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         kernel = self.cpu_kernel
-        if (
-            kernel == "aten"
-            or x.device.type != "cpu"
-            or x.dtype != torch.float32
-            or self.weight.dtype != torch.float32
-            or torch.is_grad_enabled()
-            or self.weight.is_inference()
-            or is_torchdynamo_compiling()
-        ):
-            if self.__dict__.get("_packed") is not None and torch.is_grad_enabled():
+        if torch.is_grad_enabled():
+            if self.__dict__.get("_packed") is not None:
                 self._packed = None  # training again: free the inference copy
+            if (
+                self.onednn_training
+                and kernel == "onednn"
+                and self._fp32_cpu(x)
+                and x.numel() * self.out_features >= self.onednn_min_macs
+            ):
+                out = _OneDNNLinear.apply(x.reshape(-1, x.shape[-1]), self.weight, self.bias)
+                return out.view(*x.shape[:-1], self.out_features)
+            return F.linear(x, self.weight, self.bias)
+        if not self._fp32_cpu(x):
             return F.linear(x, self.weight, self.bias)
         x2 = x.reshape(-1, x.shape[-1]).contiguous()  # (B·T, d_in)
         if kernel == "onednn" and x2.shape[0] * self.weight.numel() < self.onednn_min_macs:
@@ -215,6 +231,26 @@ class VaswaniLinear(nn.Linear):
             packed = weight.to_mkldnn()
         self._packed = (key, packed)
         return packed
+
+
+class _OneDNNLinear(torch.autograd.Function):
+    """y = x Wᵀ + b with all three products of training (y, dL/dx, dL/dW) through oneDNN; fp32 CPU only."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias):  # (N, d_in), (d_out, d_in), (d_out,)
+        x = x.contiguous()
+        ctx.save_for_backward(x, weight)
+        ctx.has_bias = bias is not None
+        return torch._C._nn.mkldnn_linear(x.to_mkldnn(), weight.detach().to_mkldnn(), bias).to_dense()  # (N, d_out)
+
+    @staticmethod
+    def backward(ctx, grad):  # (N, d_out)
+        x, weight = ctx.saved_tensors
+        grad = grad.contiguous()
+        onednn = torch._C._nn.mkldnn_linear
+        grad_x = onednn(grad.to_mkldnn(), weight.detach().t().contiguous().to_mkldnn(), None).to_dense()  # (N, d_in)
+        grad_w = onednn(grad.t().contiguous().to_mkldnn(), x.t().contiguous().to_mkldnn(), None).to_dense()
+        return grad_x, grad_w, grad.sum(0) if ctx.has_bias else None
 
 
 def check_cpu_kernel(kernel: str) -> str:
@@ -627,6 +663,7 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
         super().__init__(config)
         self.model = VaswaniModel(config)
         self.lm_head = VaswaniLinear(config.d_model, config.vocab_size, bias=False)  # no logits bias in the paper
+        self.lm_head.onednn_training = False  # (tokens × vocab) products: MKL's is faster with autograd
         self.post_init()
         self.generation_config.update(**PAPER_GENERATION, allow_custom_entries=True)
         self.generation_config._from_model_config = False  # else from_pretrained drops the custom entries above

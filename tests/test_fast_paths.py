@@ -342,3 +342,48 @@ def test_eos_ban_marks_scores_but_not_raw_logits(beams):
         assert torch.isfinite(out.logits[step][:, EOS]).all()  # what the model said, untouched
         assert (out.scores[step][:, EOS] == -math.inf).all()  # what decoding used
     assert torch.isfinite(out.scores[3][:, EOS]).all()
+
+
+def count_onednn_training_calls(monkeypatch) -> list[int]:
+    import modeling_vaswani.modeling_vaswani as modeling
+
+    calls, apply = [0], modeling._OneDNNLinear.apply
+
+    def counted(*args):
+        calls[0] += 1
+        return apply(*args)
+
+    monkeypatch.setattr(modeling._OneDNNLinear, "apply", counted)
+    return calls
+
+
+@needs_onednn
+@pytest.mark.parametrize("fused", [False, True])
+def test_onednn_training_matches_f_linear(monkeypatch, fused):
+    """Training with the oneDNN kernel (forward, dL/dx, dL/dW): loss and every gradient within 1e-5 of F.linear's."""
+    calls = count_onednn_training_calls(monkeypatch)
+    model = make_model(fused_loss=fused).train()
+    for module in model.modules():
+        if isinstance(module, VaswaniLinear):
+            module.onednn_min_macs = 0
+    results = {}
+    for kernel in ("aten", "onednn"):
+        model.set_cpu_kernel(kernel)
+        results[kernel] = loss_and_grads(model, fused)
+    assert calls[0] == 2 * (4 + 2) + 2 * (4 + 4 + 2)  # every projection but lm_head, once, with the oneDNN kernel
+    (plain, plain_grads), (fast, fast_grads) = results["aten"], results["onednn"]
+    torch.testing.assert_close(fast.loss, plain.loss, atol=1e-5, rtol=0)
+    for name, grad in plain_grads.items():
+        torch.testing.assert_close(fast_grads[name], grad, atol=1e-5, rtol=0, msg=name)
+
+
+@needs_onednn
+def test_autocast_and_small_products_keep_f_linear(monkeypatch):
+    calls = count_onednn_training_calls(monkeypatch)
+    model = make_model().train()
+    loss_and_grads(model, False)  # 64-wide layers on 24 tokens: below the 4M multiply-add bar
+    for module in model.modules():
+        if isinstance(module, VaswaniLinear):
+            module.onednn_min_macs = 0
+    loss_and_grads(model, False, autocast=True)  # bf16 autocast: F.linear, which autocast casts
+    assert calls[0] == 0
