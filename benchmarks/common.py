@@ -162,3 +162,16 @@ def set_threads(threads: int | None) -> None:
     if threads:
         torch.set_num_threads(threads)
         os.environ.setdefault("OMP_NUM_THREADS", str(threads))
+
+
+def fill_defaults(args, device: torch.device, defaults: dict[str, dict], smoke: dict):
+    """Unset flags (None) from the device's defaults, then --smoke's; --warmup and --seed must be ≥ 0."""
+    chosen = {**defaults["cuda" if device.type == "cuda" else "cpu"], **(smoke if args.smoke else {})}
+    for key, value in chosen.items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    if args.warmup < 0:
+        raise SystemExit(f"--warmup must be ≥ 0, got {args.warmup}")
+    if args.seed < 0:
+        raise SystemExit(f"--seed must be ≥ 0, got {args.seed}")
+    return args

@@ -44,6 +44,7 @@ from tqdm.auto import tqdm
 from benchmarks.common import (
     emit,
     environment,
+    fill_defaults,
     free_path,
     markdown_table,
     peak_memory_gib,
@@ -228,14 +229,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def resolve(args: argparse.Namespace, device: torch.device) -> argparse.Namespace:
     """Fill unset flags from the device's defaults (and --smoke's); refuse bad values before any work."""
-    defaults = {**DEFAULTS["cuda" if device.type == "cuda" else "cpu"], **(SMOKE if args.smoke else {})}
-    for key, value in defaults.items():
-        if getattr(args, key) is None:
-            setattr(args, key, value)
-    if args.warmup < 0:
-        raise SystemExit(f"--warmup must be ≥ 0, got {args.warmup}")
-    if args.seed < 0:
-        raise SystemExit(f"--seed must be ≥ 0, got {args.seed}")
+    args = fill_defaults(args, device, DEFAULTS, SMOKE)
     return args
 
 

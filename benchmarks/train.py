@@ -76,6 +76,7 @@ from tqdm.auto import tqdm
 from benchmarks.common import (
     emit,
     environment,
+    fill_defaults,
     markdown_table,
     peak_memory_gib,
     pick_device,
@@ -507,14 +508,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def resolve(args: argparse.Namespace, device: torch.device) -> argparse.Namespace:
     """Fill unset flags from the device's defaults (and --smoke's); refuse contradictions before any work."""
-    defaults = {**DEFAULTS["cuda" if device.type == "cuda" else "cpu"], **(SMOKE if args.smoke else {})}
-    for key, value in defaults.items():
-        if getattr(args, key) is None:
-            setattr(args, key, value)
-    if args.warmup < 0:
-        raise SystemExit(f"--warmup must be ≥ 0, got {args.warmup}")
-    if args.seed < 0:
-        raise SystemExit(f"--seed must be ≥ 0, got {args.seed}")
+    args = fill_defaults(args, device, DEFAULTS, SMOKE)
     if args.peak_tflops is None and device.type == "cuda":
         args.peak_tflops = H100_BF16_DENSE_TFLOPS
     if "budget" in args.cases and min(args.max_length, args.max_tokens) < 2:
