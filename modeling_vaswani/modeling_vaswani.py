@@ -168,8 +168,9 @@ class VaswaniLinear(nn.Linear):
     matmul (MKL sgemm) ran 1.3–2.1× slower on the AMD EPYC this was profiled on. "int8": dynamic int8 quantization
     (weights per output channel, activations per call, fbgemm), an approximation and opt-in, inference only.
     "aten": F.linear. With autograd on, "onednn" runs forward and both backward products through oneDNN too
-    (`_OneDNNLinear`). The inference weight copy is rebuilt whenever the weight changes and dropped by the next
-    call with autograd on.
+    (`_OneDNNLinear`). The inference weight copy is rebuilt when the weight's version changes and dropped by
+    `train()`/`eval()` and by any call with autograd on. Weights changed in place by a fused optimizer (no version
+    bump) outside training mode need `train()`, `eval()` or `set_cpu_kernel()` before the next inference.
     """
 
     cpu_kernel = "onednn" if torch.backends.mkldnn.is_available() else "aten"
@@ -212,6 +213,12 @@ class VaswaniLinear(nn.Linear):
         else:
             out = torch._C._nn.mkldnn_linear(x2.to_mkldnn(), packed, self.bias).to_dense()
         return out.view(*x.shape[:-1], self.out_features)  # (..., d_out)
+
+    def train(self, mode: bool = True) -> "VaswaniLinear":
+        """Entering or leaving training drops the inference copy: a fused optimizer updates weights in place without
+        bumping their version counter, so the version alone cannot tell that the copy is stale."""
+        self._packed = None
+        return super().train(mode)
 
     def _packed_weight(self, kernel: str):
         bias = self.bias

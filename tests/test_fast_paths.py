@@ -387,3 +387,33 @@ def test_autocast_and_small_products_keep_f_linear(monkeypatch):
             module.onednn_min_macs = 0
     loss_and_grads(model, False, autocast=True)  # bf16 autocast: F.linear, which autocast casts
     assert calls[0] == 0
+
+
+@needs_onednn
+@pytest.mark.parametrize("kernel", ["onednn", "int8"])
+def test_fused_optimizer_steps_between_evaluations_are_seen(kernel):
+    """A fused AdamW step changes weights without bumping their version counter: the eval/train switches that
+    Trainer makes around its evaluations must drop the packed inference copies (lm_head never runs in a fused-loss
+    training step, so only the switch can refresh it)."""
+    model, (ids, mask) = make_model(fused_loss=True), padded_batch()
+    for module in model.modules():
+        if isinstance(module, VaswaniLinear):
+            module.onednn_min_macs = 0
+    decoder_ids = torch.randint(3, 50, (3, 5), generator=torch.Generator().manual_seed(2))
+
+    def evaluate():  # no set_cpu_kernel in between: only the mode switches may refresh the copies
+        with torch.no_grad():
+            return model.eval()(input_ids=ids, attention_mask=mask, decoder_input_ids=decoder_ids).logits
+
+    model.set_cpu_kernel(kernel)
+    before = evaluate()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.05, fused=True)
+    model.train()
+    model(input_ids=ids, attention_mask=mask, labels=torch.randint(3, 50, (3, 5))).loss.backward()
+    optimizer.step()
+    after = evaluate()
+    model.set_cpu_kernel("aten")
+    reference = evaluate()
+    assert not torch.allclose(before, after)
+    tolerance = 1e-5 if kernel == "onednn" else 0.05 * reference.abs().max().item()
+    torch.testing.assert_close(after, reference, atol=tolerance, rtol=0)
