@@ -21,6 +21,7 @@ with torch's default kernel ("aten") to show what the kernel choice buys. Ratios
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -253,8 +254,6 @@ def bleu_rows(args, device) -> list[dict]:
         translator = ctranslate2_translator(twin, quantization, threads=args.threads or 0, device=device.type)
         if translator is None:
             break
-        import time
-
         start = time.perf_counter()
         results = translator.translate_batch(
             encoded, beam_size=4, length_penalty=0.6, max_batch_size=64, max_decoding_length=256

@@ -227,16 +227,10 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def resolve(args: argparse.Namespace, device: torch.device) -> argparse.Namespace:
-    """Fill unset flags from the device's defaults (and --smoke's); refuse bad values before any work."""
-    args = fill_defaults(args, device, DEFAULTS, SMOKE)
-    return args
-
-
 def main(argv: list[str] | None = None) -> list[dict]:
     args = build_parser().parse_args(argv)
     device = pick_device(args.device)
-    args = resolve(args, device)
+    args = fill_defaults(args, device, DEFAULTS, SMOKE)  # unset flags from the device's defaults
     set_threads(args.threads)
     config = load_preset(args.preset, args.vocab_size)
     env = environment(device)

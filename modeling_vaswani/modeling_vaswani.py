@@ -190,23 +190,17 @@ class VaswaniLinear(nn.Linear):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         kernel = self.cpu_kernel
+        small = x.numel() * self.out_features < self.onednn_min_macs  # multiply-adds of this call
         if torch.is_grad_enabled():
             if self.__dict__.get("_packed") is not None:
                 self._packed = None  # training again: free the inference copy
-            if (
-                self.onednn_training
-                and kernel == "onednn"
-                and self._fp32_cpu(x)
-                and x.numel() * self.out_features >= self.onednn_min_macs
-            ):
+            if self.onednn_training and kernel == "onednn" and not small and self._fp32_cpu(x):
                 out = _OneDNNLinear.apply(x.reshape(-1, x.shape[-1]), self.weight, self.bias)
                 return out.view(*x.shape[:-1], self.out_features)
             return F.linear(x, self.weight, self.bias)
-        if not self._fp32_cpu(x):
+        if (kernel == "onednn" and small) or not self._fp32_cpu(x):
             return F.linear(x, self.weight, self.bias)
         x2 = x.reshape(-1, x.shape[-1]).contiguous()  # (B·T, d_in)
-        if kernel == "onednn" and x2.shape[0] * self.weight.numel() < self.onednn_min_macs:
-            return F.linear(x, self.weight, self.bias)
         packed = self._packed_weight(kernel)
         if kernel == "int8":
             out = torch.ops.quantized.linear_dynamic(x2, packed, True)
@@ -898,12 +892,14 @@ def label_smoothed_nll_loss(
     target = labels.masked_fill(~keep, 0).unsqueeze(-1)
     nll = -log_probs.gather(-1, target).squeeze(-1).masked_fill(~keep, 0.0).sum()
     smooth = -log_probs.mean(-1).masked_fill(~keep, 0.0).sum() if epsilon > 0 else nll.new_zeros(())
-    denom = keep.sum() if num_items_in_batch is None else num_items_in_batch
-    if isinstance(denom, torch.Tensor):
-        denom = denom.to(nll.device).clamp(min=1)
-    else:
-        denom = max(denom, 1)
+    denom = _loss_denominator(keep, num_items_in_batch)
     return ((1.0 - epsilon) * nll + epsilon * smooth) / denom, nll / denom
+
+
+def _loss_denominator(keep: torch.Tensor, num_items_in_batch: int | torch.Tensor | None) -> int | torch.Tensor:
+    """Target tokens to divide by: `num_items_in_batch` when given (all accumulation steps), else this batch's; ≥ 1."""
+    denom = keep.sum() if num_items_in_batch is None else num_items_in_batch
+    return denom.to(keep.device).clamp(min=1) if isinstance(denom, torch.Tensor) else max(denom, 1)
 
 
 def fused_label_smoothed_nll_loss(
@@ -921,9 +917,7 @@ def fused_label_smoothed_nll_loss(
     """
     if labels.shape != hidden.shape[:-1]:
         raise ValueError(f"labels have shape {tuple(labels.shape)}, expected {tuple(hidden.shape[:-1])}")
-    keep = labels.ne(-100)
-    denom = keep.sum() if num_items_in_batch is None else num_items_in_batch
-    denom = denom.to(hidden.device).clamp(min=1) if isinstance(denom, torch.Tensor) else max(denom, 1)
+    denom = _loss_denominator(labels.ne(-100), num_items_in_batch)
     rows = max(1, FUSED_LOSS_CHUNK // weight.shape[0])  # rows per chunk
     loss, nll = _FusedLoss.apply(hidden.reshape(-1, hidden.shape[-1]), weight, labels.reshape(-1), float(epsilon), rows)
     return loss / denom, nll / denom
@@ -973,8 +967,13 @@ class _FusedLoss(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_loss, grad_nll):
         grad_hidden, grad_weight = ctx.saved_tensors
-        scale = grad_loss.to(grad_hidden.dtype)
-        return grad_hidden * scale, grad_weight * grad_loss.to(grad_weight.dtype), None, None, None
+        return (
+            grad_hidden * grad_loss.to(grad_hidden.dtype),
+            grad_weight * grad_loss.to(grad_weight.dtype),
+            None,
+            None,
+            None,
+        )
 
 
 class VaswaniTranslationPipeline(Pipeline):
