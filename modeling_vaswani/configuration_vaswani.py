@@ -1,11 +1,12 @@
 """Configuration of the paper's Transformer (Vaswani et al., 2017, "Attention Is All You Need").
 
 Defaults are the base model of Table 3: N = 6, d_model = 512, d_ff = 2048, h = 8, d_k = d_v = 64,
-P_drop = 0.1, ε_ls = 0.1, with one shared source/target BPE vocabulary of 37,000 tokens (§5.1).
+P_drop = 0.1, with one shared source/target BPE vocabulary of 37,000 tokens (§5.1).
 This file travels to the Hub with `modeling_vaswani.py` as remote code: it imports nothing of ours.
 """
 
 from huggingface_hub.dataclasses import strict
+from huggingface_hub.errors import StrictDataclassFieldValidationError
 from transformers import PreTrainedConfig
 
 ACTIVATIONS = ("relu", "gelu")
@@ -27,7 +28,10 @@ class VaswaniConfig(PreTrainedConfig):
         activation_dropout: dropout after the feed-forward activation (not in the paper; 0 by default).
         activation_function: "relu" as in Eq. 2 ("gelu" offered for experiments).
         layer_norm_eps: ε of every LayerNorm (the paper does not state it; PyTorch's default).
-        label_smoothing: ε_ls of the training loss (§5.4: 0.1); `nll_loss` is always returned as well.
+        label_smoothing: ε_ls applied by the model's own `loss`. 0 by default, so `model(labels=...).loss` is the
+            plain cross-entropy, as in every transformers model. The paper's ε_ls = 0.1 (§5.4) is the training
+            recipe's: Trainer's `label_smoothing_factor` (training/train.py sets it from the recipe). `nll_loss`
+            (plain NLL) is always returned as well.
         fused_loss: in training with labels, compute the loss (and its gradient) from the decoder states a chunk
             of rows at a time, never holding the (tokens × vocab) logits: much less memory and memory traffic.
             The output's `logits` is then None. Off by default; training/train.py turns it on.
@@ -73,7 +77,7 @@ class VaswaniConfig(PreTrainedConfig):
     activation_dropout: float | int = 0.0
     activation_function: str = "relu"
     layer_norm_eps: float = 1e-5
-    label_smoothing: float | int = 0.1
+    label_smoothing: float | int = 0.0
     fused_loss: bool = False
     init_std: float | None = None
     use_cache: bool = True
@@ -123,4 +127,32 @@ class VaswaniConfig(PreTrainedConfig):
                 raise ValueError(f"VaswaniConfig.{name} must be in [0, vocab_size={self.vocab_size}), got {value!r}")
 
 
-__all__ = ["VaswaniConfig"]
+
+class ConfigFieldTypeError(StrictDataclassFieldValidationError, ValueError):
+    """A config field of the wrong type, e.g. `"vocab_size": "1000"` in config.json. Raised where `@strict` raises
+    StrictDataclassFieldValidationError (still caught as that), and also a ValueError like every other bad value."""
+
+    def __init__(self, field: str, value, cause: BaseException) -> None:
+        self.field, self.value = field, value
+        declared = getattr(VaswaniConfig, "__dataclass_fields__", {}).get(field)
+        if declared is None:
+            message = f"VaswaniConfig.{field}: {cause}"
+        else:
+            kind = getattr(declared.type, "__name__", str(declared.type))
+            message = f"VaswaniConfig.{field} must be of type {kind}, got {type(value).__name__} {value!r}"
+        ValueError.__init__(self, message)
+
+
+_strict_setattr = VaswaniConfig.__setattr__
+
+
+def _setattr(self, name, value):
+    try:
+        _strict_setattr(self, name, value)
+    except StrictDataclassFieldValidationError as error:
+        raise ConfigFieldTypeError(name, value, error.__cause__ or error) from error
+
+
+VaswaniConfig.__setattr__ = _setattr
+
+__all__ = ["ConfigFieldTypeError", "VaswaniConfig"]

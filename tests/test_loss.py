@@ -37,23 +37,27 @@ def smoothed_by_definition(logits: torch.Tensor, labels: torch.Tensor, eps: floa
 
 @pytest.mark.parametrize("eps", [0.1, 0.3])
 def test_label_smoothed_loss_matches_its_definition(model, eps):
-    model.config.label_smoothing = eps
+    expected = smoothed_by_definition(model(**inputs()).logits, inputs()["labels"], eps)
+    assert model(**inputs(), epsilon_ls=eps).loss.item() == pytest.approx(expected.item(), rel=1e-5)
+    model.config.label_smoothing = eps  # a config that asks for smoothing gets it too
     try:
-        out = model(**inputs())
+        assert model(**inputs()).loss.item() == pytest.approx(expected.item(), rel=1e-5)
     finally:
-        model.config.label_smoothing = 0.1
-    expected = smoothed_by_definition(out.logits, inputs()["labels"], eps)
-    assert out.loss.item() == pytest.approx(expected.item(), rel=1e-5)
+        model.config.label_smoothing = 0.0
 
 
-def test_nll_is_returned_alongside_and_matches_cross_entropy(model):
+def test_loss_is_plain_cross_entropy_by_default_and_nll_is_returned(model):
+    """As every transformers model: `loss` is the cross-entropy against `labels` (tests/test_generation_contracts.py
+    checks it against MarianMTModel too); the paper's ε_ls belongs to the training recipe."""
     batch = inputs()
     out = model(**batch)
     nll = F.cross_entropy(out.logits.flatten(0, 1), batch["labels"].flatten(), ignore_index=-100)
-    assert out.nll_loss.item() == pytest.approx(nll.item(), rel=1e-5)
-    assert out.loss.item() != pytest.approx(out.nll_loss.item(), rel=1e-3)  # ε_ls = 0.1 by default
-    plain = model(**batch, epsilon_ls=0.0)
-    assert plain.loss.item() == pytest.approx(nll.item(), rel=1e-5)
+    assert model.config.label_smoothing == 0.0
+    assert out.loss.item() == pytest.approx(nll.item(), rel=1e-6)
+    assert out.nll_loss.item() == pytest.approx(nll.item(), rel=1e-6)
+    smoothed = model(**batch, epsilon_ls=0.1)
+    assert smoothed.nll_loss.item() == pytest.approx(nll.item(), rel=1e-6)  # nll_loss stays the plain NLL
+    assert smoothed.loss.item() != pytest.approx(nll.item(), rel=1e-3)
 
 
 def test_labels_are_shifted_right_into_decoder_inputs(model):

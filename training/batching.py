@@ -38,8 +38,8 @@ working. What was checked in transformers 5.24 / accelerate 1.15 (file:line as i
   each micro-batch's summed token loss by it; Trainer then does not divide by the accumulation steps
   (trainer.py:2110-2119) and multiplies by the number of processes (trainer.py:2207-2215), which DDP's gradient
   averaging undoes. The gradient is d(sum of token losses of the global batch) / (its target tokens).
-  This needs `TrainingArguments.label_smoothing_factor = 0`: otherwise Trainer pops the labels and applies its own
-  smoother; the model's own ε_ls (config.label_smoothing, §5.4) is the one to use.
+  Trainer's own `LabelSmoother` (label_smoothing_factor > 0) normalises by `num_items_in_batch` the same way;
+  `VaswaniTrainer` hands ε_ls to the model's loss instead, so the fused loss applies (training/trainer.py).
 """
 
 import logging
@@ -252,12 +252,6 @@ class TokenBudgetTrainerMixin:
             seed = self.args.data_seed if self.args.data_seed is not None else self.args.seed
         self.seed = seed
         self._check_token_budget_config()
-        if self.args.label_smoothing_factor != 0:
-            logger.warning(
-                "label_smoothing_factor != 0 makes Trainer apply its own smoother instead of the model's loss, "
-                "which is not normalised per target token across accumulation steps; use the model's "
-                "config.label_smoothing (§5.4) and label_smoothing_factor=0"
-            )
         # a config that contradicts itself (max_tokens below the longest pair) stops here, before training starts
         if self.train_dataset is not None:
             self._lengths(self.train_dataset, "training", self.max_tokens)

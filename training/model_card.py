@@ -503,7 +503,7 @@ def card_values(
         "adam": " / ".join(fmt(v) for v in adam),
         "warmup_steps": fmt(facts.setting("warmup_steps")),
         "lr_scale": fmt(facts.setting("lr_scale")),
-        "label_smoothing": fmt(facts.setting("label_smoothing") if settings else c.get("label_smoothing")),
+        "label_smoothing": fmt(facts.setting("label_smoothing")),  # the recipe's ε_ls; config.json's is the loss's
         "max_grad_norm": fmt(facts.setting("max_grad_norm")),
         "precision": precision,
         "devices": fmt(summary.get("devices")),

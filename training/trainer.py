@@ -2,20 +2,19 @@
 
 What it adds to `Seq2SeqTrainer`, each because Trainer lacks it:
 - token-budget batches (training/batching.py) and the §5.3 learning-rate schedule (training/schedule.py);
+- ε_ls (§5.4, `label_smoothing_factor`) applied by the model's own loss instead of Trainer's `LabelSmoother`: the
+  same value (tests/test_loss.py compares the two), but the model's fused loss never builds the logits that
+  `LabelSmoother` needs;
 - the plain NLL and perplexity logged next to the label-smoothed loss that training minimises;
 - source + target tokens counted on the device (no sync) for a tokens/s figure;
-- a checkpoint counts only once it is complete: a marker file is written last, atomically, and
-  `last_complete_checkpoint` ignores folders without it, so a kill mid-write never resumes from half a checkpoint;
+- complete checkpoints (training/checkpoints.py): a marker recording every file's size and hash is written last,
+  so a kill mid-write or a damaged file never resumes from half a checkpoint;
 - a progress bar that shows loss and learning rate instead of printing a dict per log line;
 - the model's generation config left as it was by evaluation (Seq2SeqTrainer fills it with global defaults).
 """
 
 import copy
-import json
 import math
-import os
-import re
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -24,22 +23,23 @@ from transformers.trainer_callback import ProgressCallback
 from transformers.trainer_pt_utils import nested_gather
 
 from training.batching import TokenBudgetTrainerMixin
+from training.checkpoint_callback import CompleteCheckpointsMixin
 from training.schedule import PaperScheduleTrainerMixin
 
-COMPLETE_MARKER = "checkpoint_complete.json"
-_CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
 
-
-class VaswaniTrainer(TokenBudgetTrainerMixin, PaperScheduleTrainerMixin, Seq2SeqTrainer):
+class VaswaniTrainer(CompleteCheckpointsMixin, TokenBudgetTrainerMixin, PaperScheduleTrainerMixin, Seq2SeqTrainer):
     """Seq2SeqTrainer + token-budget batches + the paper's schedule + NLL/token logging + complete checkpoints."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self.epsilon_ls, self.label_smoother = self.args.label_smoothing_factor, None  # the model smooths (above)
         self._nll_sum: torch.Tensor | None = None
         self._nll_since = 0
         self.tokens_seen = torch.zeros((), dtype=torch.long, device=self.args.device)
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        if "labels" in inputs:
+            inputs = {**inputs, "epsilon_ls": self.epsilon_ls}
         loss, outputs = super().compute_loss(model, inputs, return_outputs=True, num_items_in_batch=num_items_in_batch)
         if model.training and isinstance(outputs, dict) and outputs.get("nll_loss") is not None:
             # Scale the NLL exactly as Trainer scales the loss, so the two logged numbers are comparable.
@@ -73,31 +73,6 @@ class VaswaniTrainer(TokenBudgetTrainerMixin, PaperScheduleTrainerMixin, Seq2Seq
             return super().prediction_step(model, inputs, prediction_loss_only, ignore_keys=ignore_keys, **gen_kwargs)
         finally:
             self.model.generation_config = kept
-
-    def _save_checkpoint(self, model, trial) -> None:
-        super()._save_checkpoint(model, trial)
-        folder = Path(self._get_output_dir(trial=trial)) / f"checkpoint-{self.state.global_step}"
-        if self.args.should_save and folder.is_dir():
-            tmp = folder / (COMPLETE_MARKER + ".tmp")
-            tmp.write_text(json.dumps({"global_step": self.state.global_step}))
-            os.replace(tmp, folder / COMPLETE_MARKER)  # atomic: the marker is either absent or whole
-
-
-def last_complete_checkpoint(output_dir: str | os.PathLike) -> Path | None:
-    """The newest `checkpoint-N` folder whose completion marker exists; incomplete ones are never returned."""
-    root = Path(output_dir)
-    if not root.is_dir():
-        return None
-    done = [p for p in root.iterdir() if _CHECKPOINT_RE.match(p.name) and (p / COMPLETE_MARKER).is_file()]
-    return max(done, key=lambda p: int(_CHECKPOINT_RE.match(p.name).group(1)), default=None)
-
-
-def incomplete_checkpoints(output_dir: str | os.PathLike) -> list[Path]:
-    """`checkpoint-N` folders without a completion marker: a run was killed while writing them."""
-    root = Path(output_dir)
-    if not root.is_dir():
-        return []
-    return sorted(p for p in root.iterdir() if _CHECKPOINT_RE.match(p.name) and not (p / COMPLETE_MARKER).is_file())
 
 
 class PostfixProgressCallback(ProgressCallback):
