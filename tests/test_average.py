@@ -16,7 +16,7 @@ try:
     from .tiny_runs import write_inputs
 except ImportError:  # tests/ is not a package: pytest put it on sys.path
     from tiny_runs import write_inputs
-from training.trainer import COMPLETE_MARKER
+from training.checkpoints import COMPLETE_MARKER
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -237,3 +237,34 @@ def test_an_existing_output_folder_is_replaced_only_with_overwrite(run, tmp_path
     average_main([str(run), "--last", "1", "--output_dir", str(out), "--overwrite", "--quiet"])
     assert not (out / "notes.txt").exists()
     assert json.loads((out / "averaging.json").read_text())["steps"] == [12]
+
+
+def test_checkpoints_of_different_tokenizers_are_refused(run, tmp_path):
+    """Before: averaged without a word although most token ids meant different tokens in the two checkpoints."""
+    from training.corpus import default_corpus
+    from training.tokenizer import train_tokenizer
+
+    other = _checkpoint_copy(run, tmp_path / "other-tokenizer", 60)
+    corpus = default_corpus(seed=9, train_size=300, validation_size=0, test_size=0)
+    texts = [text for row in corpus["train"]["translation"] for text in reversed(list(row.values()))]
+    train_tokenizer(texts[::-1], vocab_size=300, show_progress=False).save_pretrained(other)
+    with pytest.raises(SystemExit, match=r"different tokenizers: [\d,]+ of [\d,]+ token ids stand for different tokens "
+                                         r"in .*checkpoint-8 and .*other-tokenizer"):  # fmt: skip
+        average_main(["--checkpoints", str(run / "checkpoint-8"), str(other), "--output_dir", str(tmp_path / "o")])
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_checkpoint_with_damaged_weights_is_refused(run, tmp_path):
+    copy = tmp_path / "checkpoint-12"
+    shutil.copytree(run / "checkpoint-12", copy)  # its marker records the size and hash of every file
+    data = bytearray((copy / "model.safetensors").read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    (copy / "model.safetensors").write_bytes(bytes(data))
+    with pytest.raises(SystemExit, match=r"checkpoint-12 is damaged: model.safetensors is corrupted"):
+        average_main(["--checkpoints", str(run / "checkpoint-8"), str(copy), "--output_dir", str(tmp_path / "o")])
+    (copy / "optimizer.pt").unlink()  # averaging needs the weights only: a checkpoint without its optimizer is fine
+    shutil.copy2(run / "checkpoint-12" / "model.safetensors", copy / "model.safetensors")
+    average_main(
+        ["--checkpoints", str(run / "checkpoint-8"), str(copy), "--output_dir", str(tmp_path / "o"), "--quiet"]
+    )
+    assert json.loads((tmp_path / "o" / "averaging.json").read_text())["steps"] == [8, 12]

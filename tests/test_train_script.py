@@ -16,8 +16,8 @@ try:
     from .tiny_runs import write_inputs
 except ImportError:  # tests/ is not a package: pytest put it on sys.path
     from tiny_runs import write_inputs
+from training.checkpoints import COMPLETE_MARKER, last_complete_checkpoint
 from training.train import main as train_main
-from training.trainer import COMPLETE_MARKER, last_complete_checkpoint
 
 REPO = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO), "TOKENIZERS_PARALLELISM": "false"}
@@ -73,9 +73,10 @@ def test_contradictory_settings_stop_before_any_work(data, tmp_path, extra, mess
     assert not (tmp_path / "run" / "tokenizer").exists()
 
 
-def test_a_budget_below_the_longest_sentence_is_refused(data, tmp_path):
-    with pytest.raises(ValueError, match="smaller than the longest allowed sentence"):
+def test_a_budget_below_the_longest_allowed_sentence_is_refused_before_any_work(data, tmp_path):
+    with pytest.raises(SystemExit, match="gives 8 tokens per micro-batch, less than max_length 64"):
         train_main(args(data, tmp_path / "run", "--max_steps", "5", "--max_tokens_per_step", "8"))
+    assert not (tmp_path / "run").exists()
 
 
 def test_missing_and_misaligned_files_are_named(data, tmp_path):

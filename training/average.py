@@ -19,9 +19,12 @@ bool tensors are not averaged: the newest checkpoint's are kept (with a warning 
 matrix shared by the encoder input, decoder input and pre-softmax linear (§3.4) is stored once in
 `model.safetensors`, so it is averaged once, and the averaged model keeps the three-way tie.
 
-Before any tensor is read: every folder must be a complete checkpoint, the checkpoints must be of the same model
-(config.json fields, bookkeeping such as `transformers_version` aside) with identical tensor names, shapes and
-dtypes; each mismatch is reported with the two checkpoints and the first differing name.
+Before any tensor is read: every folder must be a complete checkpoint whose weights and config are intact (the
+sizes and hashes its marker recorded, training/checkpoints.py), the checkpoints must be of the same model
+(config.json fields, `model_type` included, bookkeeping such as `transformers_version` aside), trained with the
+same tokenizer (the same token for every id: averaging rows of the embedding matrix that stand for different tokens
+makes a meaningless model), with identical tensor names, shapes and dtypes; each mismatch is reported with the two
+checkpoints and the first difference. Any bad input ends with one line `error: ...` and exit status 2.
 
 The output folder loads with `AutoModelForSeq2SeqLM.from_pretrained(OUT)` (or `trust_remote_code=True` without
 this package): `model.safetensors`, `config.json` (with `auto_map`), the two code files, `generation_config.json`
@@ -33,19 +36,20 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import tempfile
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-from safetensors import safe_open
-from tqdm.auto import tqdm
+from training.checkpoints import CHECKPOINT_RE as _CHECKPOINT_RE
+from training.checkpoints import COMPLETE_MARKER, checkpoint_problems, incomplete_checkpoints
+from training.errors import add_debug_flag, run_command
+from training.files import follow_umask_in
 
-from training.trainer import _CHECKPOINT_RE, COMPLETE_MARKER, incomplete_checkpoints
+if TYPE_CHECKING:  # torch loads only once the arguments are parsed (a fast --help)
+    import torch
 
 WEIGHTS = "model.safetensors"
 WEIGHTS_INDEX = "model.safetensors.index.json"
@@ -120,6 +124,9 @@ def check_checkpoint(folder: Path) -> None:
             f"{folder} is not a complete checkpoint: no {COMPLETE_MARKER} (training writes it last; without it the "
             "checkpoint may be half-written)"
         )
+    problems = checkpoint_problems(folder, "weights")
+    if problems:
+        raise CheckpointError(f"{folder} is damaged: {problems.describe()}")
 
 
 def complete_checkpoints(run_dir: Path) -> list[Path]:
@@ -183,14 +190,75 @@ def check_same_model(folders: Sequence[Path]) -> None:
                 )
 
 
+def tokenizer_folder(folder: Path) -> Path | None:
+    """Where the tokenizer of a checkpoint is: in it (Trainer saves it there), or in its run folder."""
+    for candidate in (folder, folder.parent, folder.parent / "tokenizer"):
+        if (candidate / "tokenizer.json").is_file():
+            return candidate
+    return None
+
+
+def token_of_id(folder: Path) -> dict[int, str]:
+    """{id: token} of a tokenizer.json: the model's vocabulary and the added (special) tokens."""
+    path = folder / "tokenizer.json"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        vocab = data["model"]["vocab"]
+        if isinstance(vocab, dict):  # BPE, WordPiece, WordLevel: {token: id}
+            tokens = {int(i): t for t, i in vocab.items()}
+        else:  # Unigram: [[token, score], ...] in id order
+            tokens = {i: entry[0] for i, entry in enumerate(vocab)}
+        tokens.update({int(a["id"]): a["content"] for a in data.get("added_tokens") or ()})
+    except (OSError, ValueError, KeyError, TypeError, IndexError) as e:
+        raise CheckpointError(f"{path}: not a readable tokenizer.json ({e})") from None
+    return tokens
+
+
+def check_same_tokenizer(folders: Sequence[Path]) -> None:
+    """Raise CheckpointError unless every checkpoint's tokenizer gives every id the same token as the newest's."""
+    reference = folders[-1]
+    ref_dir = tokenizer_folder(reference)
+    for folder in folders[:-1]:
+        here = tokenizer_folder(folder)
+        if here is None or ref_dir is None:
+            lacking = folder if here is None else reference
+            raise CheckpointError(
+                f"{lacking}: no tokenizer.json in it or its run folder: cannot check that the checkpoints share "
+                "one vocabulary"
+            )
+        if here == ref_dir or (here / "tokenizer.json").read_bytes() == (ref_dir / "tokenizer.json").read_bytes():
+            continue
+        a, b = token_of_id(here), token_of_id(ref_dir)
+        differ = sorted(i for i in set(a) | set(b) if a.get(i) != b.get(i))
+        if differ:
+            i = differ[0]
+            raise CheckpointError(
+                f"checkpoints trained with different tokenizers: {len(differ):,} of {max(len(a), len(b)):,} token ids "
+                f"stand for different tokens in {folder} and {reference} (first: id {i} is {a.get(i)!r} in one, "
+                f"{b.get(i)!r} in the other); their embeddings cannot be averaged"
+            )
+        data = [json.loads((d / "tokenizer.json").read_text(encoding="utf-8")) for d in (here, ref_dir)]
+        for part in ("normalizer", "pre_tokenizer", "model", "post_processor", "decoder"):
+            if data[0].get(part) != data[1].get(part):
+                raise CheckpointError(
+                    f"checkpoints trained with different tokenizers: the same vocabulary, but the {part} of "
+                    f"{here / 'tokenizer.json'} differs from {ref_dir / 'tokenizer.json'}"
+                )
+
+
 def tensor_headers(folder: Path) -> dict[str, tuple[tuple[int, ...], str]]:
     """{name: (shape, dtype)} of every tensor of a checkpoint, from the safetensors headers (no tensor is read)."""
+    from safetensors import SafetensorError, safe_open
+
     headers = {}
     for path in weight_files(folder):
-        with safe_open(path, framework="pt") as f:
-            for name in f.keys():  # noqa: SIM118 (safe_open has no __iter__)
-                piece = f.get_slice(name)
-                headers[name] = (tuple(piece.get_shape()), piece.get_dtype())
+        try:
+            with safe_open(path, framework="pt") as f:
+                for name in f.keys():  # noqa: SIM118 (safe_open has no __iter__)
+                    piece = f.get_slice(name)
+                    headers[name] = (tuple(piece.get_shape()), piece.get_dtype())
+        except SafetensorError as e:
+            raise CheckpointError(f"{path}: unreadable safetensors file ({e})") from None
     return headers
 
 
@@ -223,6 +291,8 @@ def check_same_tensors(headers: Sequence[Mapping[str, tuple]], names: Sequence[s
 
 def load_weights(folder: Path) -> dict[str, torch.Tensor]:
     """Every tensor of a checkpoint, on the CPU, as stored."""
+    from safetensors import safe_open
+
     tensors: dict[str, torch.Tensor] = {}
     for path in weight_files(folder):
         with safe_open(path, framework="pt", device="cpu") as f:
@@ -239,6 +309,8 @@ def average_state_dicts(
     bool tensors are taken from the last state dict; the names of those that differ between state dicts are
     returned as the second value (the caller warns). Raises CheckpointError on different names, shapes or dtypes.
     """
+    import torch
+
     sums: dict[str, torch.Tensor] = {}
     kept: dict[str, torch.Tensor] = {}
     first_ints: dict[str, torch.Tensor] = {}
@@ -288,7 +360,10 @@ def average_checkpoints(folders: Sequence[Path], progress: bool = True) -> dict[
     for folder in folders:
         check_checkpoint(folder)
     check_same_model(folders)
+    check_same_tokenizer(folders)
     check_same_tensors([tensor_headers(f) for f in folders], [str(f) for f in folders])
+    from tqdm.auto import tqdm
+
     loaded = (load_weights(f) for f in tqdm(folders, desc="Averaging checkpoints", unit="ckpt", disable=not progress))
     averaged, differing = average_state_dicts(loaded, [str(f) for f in folders])
     if differing:
@@ -305,6 +380,7 @@ def average_checkpoints(folders: Sequence[Path], progress: bool = True) -> dict[
 
 def _model_with(averaged: Mapping[str, torch.Tensor], newest: Path):
     """The newest checkpoint's model with the averaged tensors loaded into it; its ties intact."""
+    import torch
     from transformers import AutoModelForSeq2SeqLM
 
     import modeling_vaswani  # noqa: F401  (registers the Auto classes; save_pretrained then ships the code files)
@@ -382,7 +458,7 @@ def write_averaged_model(
             "created_by": "python -m training.average",
         }
         (staging / "averaging.json").write_text(json.dumps(record, indent=2) + "\n")
-        os.chmod(staging, 0o755)  # mkdtemp makes it private
+        follow_umask_in(staging)  # mkdtemp makes the folder private, safetensors its file
         if output_dir.exists():
             if not overwrite and any(output_dir.iterdir()):
                 raise CheckpointError(f"--output_dir {output_dir} appeared while averaging: not replaced")
@@ -410,6 +486,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output_dir", type=Path, required=True, help="the averaged model folder to write")
     p.add_argument("--overwrite", action="store_true", help="replace a non-empty --output_dir")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_debug_flag(p)
     return p
 
 
@@ -434,4 +511,4 @@ def main(argv: list[str] | None = None) -> Path:
 
 
 if __name__ == "__main__":
-    main()
+    run_command(main)

@@ -20,8 +20,8 @@ shape of the Hub's translation datasets (wmt14, iwslt2017, ...). Sources:
 
 Bad input stops early, before any long work, with an error that names the problem: an unknown dataset or config
 (offline, the message says so), a missing file, rows without a `translation` column, a language that is not in the
-data (the available ones are listed), Moses files with different line counts (both files and counts), a TSV line
-without exactly two fields (its line number).
+data (the available ones are listed), an empty file, Moses files with different line counts (both files and counts),
+a TSV line without exactly two fields (its line number).
 """
 
 from __future__ import annotations
@@ -294,6 +294,8 @@ def _resolve_file(split: str, path: Path, source_lang: str, target_lang: str) ->
             raise FileNotFoundError(f"{split}: no Moses-style file for language {lang!r}: neither {plain} nor {packed}")
     sides = [found[source_lang][0], found[target_lang][0]]
     counts = [_count_lines(p) for p in sides]
+    if counts == [0, 0]:  # (datasets would say only 'Instruction "train" corresponds to no data')
+        raise ValueError(f"{split} files {sides[0]} and {sides[1]} are empty")
     if counts[0] != counts[1]:
         raise ValueError(
             f"{split}: misaligned parallel files: {sides[0]} has {counts[0]:,} lines but {sides[1]} has {counts[1]:,}"
@@ -320,7 +322,7 @@ def _peek_json(path: Path, source_lang: str, target_lang: str) -> None:
             if line.strip():
                 break
         else:
-            raise ValueError(f"{path} is empty")
+            raise ValueError(f"{path} is empty: no JSON line")
     try:
         row = json.loads(line)
     except json.JSONDecodeError:
@@ -332,7 +334,7 @@ def _peek_json(path: Path, source_lang: str, target_lang: str) -> None:
 
 def _resolve_tsv(split: str, path: Path, source_lang: str, target_lang: str) -> _FileSource:
     """Validate every line's field count (line numbers in the error) and read the optional language header."""
-    header, columns = False, (0, 1)
+    header, columns, pairs = False, (0, 1), 0
     with _open_text(path) as f:
         for lineno, line in enumerate(f, 1):
             line = line.rstrip("\r\n")
@@ -352,6 +354,11 @@ def _resolve_tsv(split: str, path: Path, source_lang: str, target_lang: str) -> 
                 raise ValueError(
                     f"{path}, line {lineno}: expected 2 tab-separated fields (source, target), got {len(fields)}"
                 )
+            pairs += bool(line.strip())
+    if not pairs:
+        raise ValueError(
+            f"{split} file {path} is empty: no source<TAB>target line" + (" after its header" if header else "")
+        )
     return _FileSource(split, "tsv", (path,), columns, header)
 
 

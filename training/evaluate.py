@@ -41,11 +41,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import torch
-from tqdm.auto import tqdm
-
-from training.metrics import compute_bleu_chrf
+from training.errors import add_debug_flag, run_command
 from training.runtime import keep_freed_memory_for_reuse
+
+# torch, transformers and the metrics load inside the functions that use them: `--help` and a bad command line are
+# answered without them (tests/test_cli_errors.py)
 
 DEFAULT_MAX_TOKENS = 4000
 DECODING_FIELDS = ("num_beams", "length_penalty", "length_penalty_rule", "max_length_over_source", "max_new_tokens",
@@ -60,15 +60,18 @@ class EvaluationError(ValueError):
 # model and batching
 
 
-def load_model(name_or_path: str, device: str | torch.device | None = None, cpu_kernel: str | None = None):
+def load_model(name_or_path: str, device: str | None = None, cpu_kernel: str | None = None):
     """(model, tokenizer) of a model folder or Hub id, in eval mode on `device` (default: cuda if present).
 
     `cpu_kernel` picks the linear-layer kernel of CPU inference ("onednn", the default; "int8"; "aten").
 
-    Raises EvaluationError naming the problem: a missing folder, a folder without config.json, or a Hub id that
-    cannot be loaded (offline, only cached models load).
+    Raises EvaluationError naming the problem and the file: a missing folder, a folder without config.json, a
+    config.json with a bad field, unreadable weights, or a Hub id that cannot be loaded (offline, only cached
+    models load).
     """
-    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+    import torch
+    from safetensors import SafetensorError
+    from transformers import AutoConfig, AutoModelForSeq2SeqLM, AutoTokenizer
 
     import modeling_vaswani  # noqa: F401  (registers model_type "vaswani" with the Auto classes)
 
@@ -81,11 +84,21 @@ def load_model(name_or_path: str, device: str | torch.device | None = None, cpu_
             raise EvaluationError(f"--model {name_or_path}: not a model folder (no config.json)")
         if not (path / "tokenizer_config.json").is_file() and not (path / "tokenizer.json").is_file():
             raise EvaluationError(f"--model {name_or_path}: the folder has no tokenizer (tokenizer_config.json)")
+    where = "model folder" if looks_local else "model folder or Hub model"
+    config_file = path / "config.json" if looks_local else f"{name_or_path} (config.json)"
+    try:
+        config = AutoConfig.from_pretrained(name_or_path)
+    except ValueError as e:  # a bad field (type or value) of config.json
+        raise EvaluationError(f"--model {config_file}: {e}") from e
+    except OSError as e:
+        raise EvaluationError(f"--model {name_or_path}: could not load it as a {where}: {e}") from e
     try:
         tokenizer = AutoTokenizer.from_pretrained(name_or_path)
-        model = AutoModelForSeq2SeqLM.from_pretrained(name_or_path)
+        model = AutoModelForSeq2SeqLM.from_pretrained(name_or_path, config=config)
+    except SafetensorError as e:  # a truncated or overwritten weights file: say which
+        files = sorted(str(p) for p in path.glob("*.safetensors")) if looks_local else [name_or_path]
+        raise EvaluationError(f"--model {', '.join(files)}: unreadable safetensors weights ({e})") from e
     except (OSError, ValueError) as e:
-        where = "model folder" if looks_local else "model folder or Hub model"
         raise EvaluationError(f"--model {name_or_path}: could not load it as a {where}: {e}") from e
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -141,6 +154,9 @@ def translate_batched(
     keep = [i for i, text in enumerate(texts) if text.strip()]
     if not keep:
         return outputs
+    import torch
+    from tqdm.auto import tqdm
+
     truncate = {"truncation": True, "max_length": max_source_tokens} if max_source_tokens else {}
     encoded = tokenizer([texts[i].strip() for i in keep], **truncate)["input_ids"]
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else model.config.pad_token_id
@@ -222,6 +238,8 @@ def evaluate_model(
         stats=stats,
     )
     seconds = time.perf_counter() - started
+    from training.metrics import compute_bleu_chrf
+
     scores = compute_bleu_chrf(hypotheses, list(references))
     return {
         "bleu": scores.pop("bleu"),
@@ -362,6 +380,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     r.add_argument("--device", help="cpu, cuda, cuda:1, ... (default: cuda if available)")
     r.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_debug_flag(p)
     return p
 
 
@@ -451,4 +470,4 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    main()
+    run_command(main)

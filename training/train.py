@@ -1,6 +1,6 @@
 """Train the Transformer with the paper's recipe (§5) on transformers' Seq2SeqTrainer and Accelerate.
 
-The main command of the README, the tiny preset on the offline default corpus (about 10 minutes on 2 CPU cores):
+The main command of the README, the tiny preset on the offline default corpus (TIME_PLACEHOLDER on 2 CPU cores):
 
     python -m training.train --output_dir runs/tiny
 
@@ -20,89 +20,132 @@ training-curve PNG, run_summary.json), reloads it with AutoModelForSeq2SeqLM/Aut
     # two CPU processes (gloo DDP), as the DDP test runs it
     torchrun --nproc_per_node 2 -m training.train --max_steps 20 --output_dir runs/ddp
 
-A recipe JSON (configuration/recipe_*.json) gives the defaults; every flag below overrides it.
+A recipe JSON (configuration/recipe_*.json) gives the defaults; every flag below overrides it, and its help shows
+the recipe's value. Everything is checked before the tokenizer trains (settings, recipe, model configuration, data
+files, output folder); a bad input ends with one line `error: ...` and exit status 2 (`--debug`: the traceback),
+and a run that fails before training starts leaves the output folder as it found it. `--resume` takes the newest
+checkpoint whose files are all present and intact (training/checkpoints.py) and moves newer, damaged ones aside.
 """
 
+# Only the standard library and our light modules at import time: the arguments are parsed (and `--help` answered)
+# before torch, transformers and datasets load, which takes seconds (tests/test_cli_errors.py).
 import argparse
 import json
 import os
+import re
 import shutil
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import torch
-from accelerate import PartialState
-from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, DataCollatorForSeq2Seq, Seq2SeqTrainingArguments
-from transformers.trainer_callback import ProgressCallback
-
-import modeling_vaswani
-from training.data import load_parallel, tokenize_pairs
-from training.metrics import compute_bleu_chrf
-from training.plots import plot_history
-from training.tokenizer import train_tokenizer_for
-from training.trainer import PostfixProgressCallback, VaswaniTrainer, incomplete_checkpoints, last_complete_checkpoint
+from training.checkpoints import Problems, describe_all, find_resumable, move_aside
+from training.errors import add_debug_flag, run_command
+from training.files import follow_umask
 
 DEFAULT_RECIPE = "configuration/recipe_tiny.json"
+# recipe keys that are not flags (Adam's β are the paper's in every recipe)
+RECIPE_ONLY_KEYS = ("adam_beta1", "adam_beta2")
+DEVICE_RE = re.compile(r"^(cpu|cuda|cuda:\d+)$")
 USER_TENSORBOARD_DIR = os.environ.get("TENSORBOARD_LOGGING_DIR")
 EXAMPLES = {"en": ["I bought forty-five books on Monday.", "on March 5, 2021", "three hundred forty-two apples"]}
 
 
-def build_parser() -> argparse.ArgumentParser:
+def read_recipe(path: str | os.PathLike) -> dict[str, Any]:
+    """The recipe's settings (keys starting with "_" are comments); SystemExit naming the file if it is unusable."""
+    path = Path(path)
+    if not path.is_file():
+        raise SystemExit(f"--recipe {path}: no such file")
+    try:
+        recipe = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise SystemExit(f"--recipe {path}: not valid JSON ({e})") from None
+    if not isinstance(recipe, dict):
+        raise SystemExit(f"--recipe {path}: expected a JSON object of settings, got {type(recipe).__name__}")
+    return {k: v for k, v in recipe.items() if not k.startswith("_")}
+
+
+def _shown(value: Any) -> str:
+    text = f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else str(value)
+    return text.replace("%", "%%")  # argparse formats help strings with %
+
+
+def build_parser(recipe: str | os.PathLike = DEFAULT_RECIPE) -> argparse.ArgumentParser:
+    """The command line; each flag's help ends with the value `recipe` gives it (the default of this run)."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    a = p.add_argument
+    try:
+        defaults = read_recipe(recipe)
+    except SystemExit:  # reported by resolve_settings; --help still works
+        defaults = {}
+
+    def adder(group):
+        def add(*flags: str, **kwargs: Any):
+            dest = flags[0].lstrip("-")
+            if dest in defaults and kwargs.get("help"):
+                kwargs["help"] += f" [default: {_shown(defaults[dest])}, from {Path(recipe).name}]"
+            return group.add_argument(*flags, **kwargs)
+
+        return add
+
+    a = adder(p)
     a("--recipe", default=DEFAULT_RECIPE, help="training recipe JSON whose values are the defaults of all flags")
     a("--model_config", help="model configuration JSON (configuration/base.json, big.json, tiny.json...)")
     a("--output_dir", required=True, help="run folder: checkpoints, logs, and at the end the model folder")
     a("--overwrite_output_dir", action="store_true", help="delete an existing, non-empty output_dir first")
     a("--resume", action="store_true", help="continue from the newest complete checkpoint in output_dir")
-    g = p.add_argument_group("data")
-    g.add_argument("--dataset_name", help='"default" (the offline corpus) or a Hub translation dataset, e.g. wmt14')
-    g.add_argument("--dataset_config", help="the Hub dataset's configuration, e.g. de-en")
-    g.add_argument("--train_file", help="local training data: .jsonl, .tsv, or a Moses prefix (path/train)")
-    g.add_argument("--validation_file", help="local validation data, same formats")
-    g.add_argument("--test_file", help="local test data, same formats")
-    g.add_argument("--source_lang", help="source language key, e.g. en")
-    g.add_argument("--target_lang", help="target language key, e.g. de")
-    g.add_argument("--vocab_size", type=int, help="size of the shared BPE vocabulary to train (§5.1: 37,000)")
-    g.add_argument("--max_length", type=int, help="pairs with more tokens on either side are dropped (counted)")
-    g.add_argument("--max_train_samples", type=int, help="train on the first N training pairs only")
-    g.add_argument("--max_eval_samples", type=int, help="validate on the first N validation pairs only")
-    t = p.add_argument_group("optimisation (§5.2, §5.3)")
-    t.add_argument("--max_steps", type=int, help="optimizer steps (paper: 100,000)")
-    t.add_argument("--max_tokens_per_step", type=int, help="source (and target) tokens per optimizer step, all devices")
-    t.add_argument("--gradient_accumulation_steps", type=int, help="micro-batches per optimizer step")
-    t.add_argument("--warmup_steps", type=int, help="warmup_steps of the schedule (paper: 4,000)")
-    t.add_argument("--lr_scale", type=float, help="multiplier on d_model^-0.5·min(step^-0.5, step·warmup^-1.5)")
-    t.add_argument("--adam_epsilon", type=float, help="Adam's ε (paper: 1e-9)")
-    t.add_argument("--label_smoothing", type=float, help="ε_ls (paper: 0.1)")
-    t.add_argument("--max_grad_norm", type=float, help="gradient clipping; 0 disables it (the paper does not clip)")
-    t.add_argument("--bf16", action="store_true", help="bfloat16 mixed precision")
-    t.add_argument("--fp16", action="store_true", help="float16 mixed precision with loss scaling")
-    t.add_argument("--seed", type=int, help="seed for weights, dropout and batch order")
-    t.add_argument("--use_cpu", action="store_true", help="train on the CPU even where a GPU is present")
-    t.add_argument(
+    g = adder(p.add_argument_group("data"))
+    g("--dataset_name", help='"default" (the offline corpus) or a Hub translation dataset, e.g. wmt14')
+    g("--dataset_config", help="the Hub dataset's configuration, e.g. de-en")
+    g("--train_file", help="local training data: .jsonl, .tsv, or a Moses prefix (path/train)")
+    g("--validation_file", help="local validation data, same formats")
+    g("--test_file", help="local test data, same formats")
+    g("--source_lang", help="source language key, e.g. en")
+    g("--target_lang", help="target language key, e.g. de")
+    g("--vocab_size", type=int, help="size of the shared BPE vocabulary to train (§5.1: 37,000)")
+    g("--max_length", type=int, help="pairs with more tokens on either side are dropped (counted)")
+    g("--max_train_samples", type=int, help="train on the first N training pairs only")
+    g("--max_eval_samples", type=int, help="validate on the first N validation pairs only")
+    t = adder(p.add_argument_group("optimisation (§5.2, §5.3)"))
+    t("--max_steps", type=int, help="optimizer steps (paper: 100,000)")
+    t("--max_tokens_per_step", type=int, help="source (and target) tokens per optimizer step, all devices")
+    t("--gradient_accumulation_steps", type=int, help="micro-batches per optimizer step")
+    t("--warmup_steps", type=int, help="warmup_steps of the schedule (paper: 4,000)")
+    t("--lr_scale", type=float, help="multiplier on d_model^-0.5·min(step^-0.5, step·warmup^-1.5)")
+    t("--adam_epsilon", type=float, help="Adam's ε (paper: 1e-9)")
+    t("--label_smoothing", type=float, help="ε_ls (paper: 0.1), Trainer's label_smoothing_factor")
+    t("--max_grad_norm", type=float, help="gradient clipping; 0 disables it (the paper does not clip)")
+    t("--bf16", action="store_true", help="bfloat16 mixed precision")
+    t("--fp16", action="store_true", help="float16 mixed precision with loss scaling")
+    t("--seed", type=int, help="seed for weights, dropout and batch order")
+    t(
+        "--device",
+        help="cpu, cuda or cuda:N (default: cuda if a GPU is visible, else cpu); under a launcher each "
+        "process takes its own GPU",
+    )
+    t("--use_cpu", action="store_true", help="the same as --device cpu")
+    t(
         "--no_fused_loss",
         action="store_true",
         help="compute the training logits whole (default: the chunked fused loss, config.fused_loss = true)",
     )
-    o = p.add_argument_group("logging and checkpoints")
-    o.add_argument("--logging_steps", type=int, help="log loss, NLL and learning rate every N steps")
-    o.add_argument("--eval_steps", type=int, help="validate (loss and BLEU with the paper's decoding) every N steps")
-    o.add_argument("--save_steps", type=int, help="checkpoint every N steps")
-    o.add_argument("--save_total_limit", type=int, help="keep the last N checkpoints (paper averages 5)")
-    o.add_argument("--num_workers", type=int, default=0, help="data loader worker processes")
+    o = adder(p.add_argument_group("logging and checkpoints"))
+    o("--logging_steps", type=int, help="log loss, NLL and learning rate every N steps")
+    o("--eval_steps", type=int, help="validate (loss and BLEU with the paper's decoding) every N steps")
+    o("--save_steps", type=int, help="checkpoint every N steps")
+    o("--save_total_limit", type=int, help="keep the last N checkpoints (paper averages 5)")
+    o("--num_workers", type=int, default=0, help="data loader worker processes")
+    add_debug_flag(p)
     return p
 
 
 def resolve_settings(args: argparse.Namespace) -> dict[str, Any]:
-    """Recipe values, overridden by flags; then checked for contradictions before any work starts."""
-    recipe_path = Path(args.recipe)
-    if not recipe_path.is_file():
-        raise SystemExit(f"--recipe {recipe_path}: no such file")
-    s = {k: v for k, v in json.loads(recipe_path.read_text()).items() if not k.startswith("_")}
+    """Recipe values, overridden by flags; then checked for contradictions before any work starts: the recipe's
+    keys and types, the numbers, the device and the model configuration (tests/test_train_script.py)."""
+    s = read_recipe(args.recipe)
+    known = set(vars(args)) | set(RECIPE_ONLY_KEYS)
+    unknown = sorted(set(s) - known)
+    if unknown:
+        raise SystemExit(f"--recipe {args.recipe}: unknown setting(s) {unknown} (every flag of --help can be set)")
     flags = {k: v for k, v in vars(args).items() if v is not None and v is not False}
     if "train_file" in flags and "dataset_name" not in flags:  # local files on the command line replace
         s.pop("dataset_name", None)  # the recipe's dataset, and the other way round
@@ -116,11 +159,28 @@ def resolve_settings(args: argparse.Namespace) -> dict[str, Any]:
     s.setdefault("target_lang", "de")
     s.setdefault("gradient_accumulation_steps", 1)
     s.setdefault("seed", 0)
+    s.setdefault("label_smoothing", 0.1)  # ε_ls (§5.4), recorded in run_summary.json and the model card
     problems = []
     for key in ("max_steps", "max_tokens_per_step", "warmup_steps", "max_length", "vocab_size"):
-        if not isinstance(s.get(key), int) or s[key] <= 0:
+        if not isinstance(s.get(key), int) or isinstance(s[key], bool) or s[key] <= 0:
             problems.append(f"{key} must be a positive integer, got {s.get(key)!r}")
-    if not 0 <= s.get("label_smoothing", 0.1) < 1:
+    for key in ("gradient_accumulation_steps", "logging_steps", "eval_steps", "save_steps", "save_total_limit"):
+        if key in s and (not isinstance(s[key], int) or isinstance(s[key], bool) or s[key] <= 0):
+            problems.append(f"{key} must be a positive integer, got {s[key]!r}")
+    for key in ("lr_scale", "adam_epsilon", "adam_beta1", "adam_beta2", "max_grad_norm", "label_smoothing"):
+        if key in s and (not isinstance(s[key], int | float) or isinstance(s[key], bool)):
+            problems.append(f"{key} must be a number, got {s[key]!r}")
+    if problems:  # the checks below compare numbers
+        raise SystemExit("bad settings:\n  " + "\n  ".join(problems))
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    per_micro_step = s["max_tokens_per_step"] // (world * s["gradient_accumulation_steps"])
+    if per_micro_step < s["max_length"]:
+        problems.append(
+            f"max_tokens_per_step {s['max_tokens_per_step']} over {world} process(es) x "
+            f"{s['gradient_accumulation_steps']} accumulation step(s) gives {per_micro_step} tokens per micro-batch, "
+            f"less than max_length {s['max_length']}: a sentence that long would not fit"
+        )
+    if not 0 <= s["label_smoothing"] < 1:
         problems.append(f"label_smoothing must be in [0, 1), got {s['label_smoothing']}")
     if s.get("bf16") and s.get("fp16"):
         problems.append("choose one of --bf16 and --fp16")
@@ -128,22 +188,74 @@ def resolve_settings(args: argparse.Namespace) -> dict[str, Any]:
         problems.append(f"source_lang and target_lang are both {s['source_lang']!r}")
     if s.get("dataset_name") and s.get("train_file"):
         problems.append("give either --dataset_name or --train_file, not both")
+    if s.get("use_cpu"):
+        if s.get("device", "cpu") != "cpu":
+            problems.append(f"--use_cpu contradicts --device {s['device']}")
+        s["device"] = "cpu"
+    if s.get("device") is not None and not DEVICE_RE.match(str(s["device"])):
+        problems.append(f"device must be cpu, cuda or cuda:N, got {s['device']!r}")
+    elif str(s.get("device")).startswith("cuda:") and world > 1:
+        problems.append(f"--device {s['device']} picks one GPU, but {world} processes each take their own")
     if not Path(s.get("model_config", "")).is_file():
         problems.append(f"model_config {s.get('model_config')!r}: no such file")
+    else:
+        problems += model_config_problems(Path(s["model_config"]))
     if problems:
         raise SystemExit("bad settings:\n  " + "\n  ".join(problems))
     return s
 
 
-def prepare_output_dir(s: dict[str, Any]) -> Path | None:
-    """Refuse to mix runs: a non-empty output_dir needs --resume or --overwrite_output_dir. Returns the checkpoint."""
+def model_config_problems(path: Path) -> list[str]:
+    """Whether `path` holds a model configuration this package can build (types, sizes, d_model % h, ...)."""
+    try:
+        fields = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        return [f"model_config {path}: not valid JSON ({e})"]
+    if not isinstance(fields, dict):
+        return [f"model_config {path}: expected a JSON object, got {type(fields).__name__}"]
+    if fields.get("model_type", "vaswani") != "vaswani":
+        return [f"model_config {path}: model_type is {fields['model_type']!r}, not 'vaswani'"]
+    from modeling_vaswani import VaswaniConfig
+
+    try:
+        VaswaniConfig.from_json_file(path)
+    except ValueError as e:  # the config's own checks, field types included
+        return [f"model_config {path}: {e}"]
+    return []
+
+
+def select_device(s: dict[str, Any]) -> bool:
+    """Make `--device` take effect; returns whether to run on the CPU. SystemExit if the device is not there."""
+    device = s.get("device")
+    if device is not None and device.startswith("cuda:"):
+        # one GPU for this (single) process: the ordinary way, before CUDA is first used
+        os.environ["CUDA_VISIBLE_DEVICES"] = device.split(":", 1)[1]
+    import torch
+
+    if device is not None and device.startswith("cuda") and not torch.cuda.is_available():
+        raise SystemExit(f"--device {device}: no CUDA GPU is visible to torch")
+    use_cpu = device == "cpu" or os.environ.get("ACCELERATE_USE_CPU", "").lower() in ("1", "true", "yes")
+    return use_cpu or not torch.cuda.is_available()
+
+
+def check_output_dir(s: dict[str, Any]) -> tuple[Path | None, list[Problems]]:
+    """Refuse to mix runs: a non-empty output_dir needs --resume or --overwrite_output_dir. Nothing is written.
+
+    With --resume: the newest checkpoint whose every file is present and intact (training/checkpoints.py), and the
+    newer ones that are not, to be moved aside once the run starts."""
     out = Path(s["output_dir"])
     if s.get("resume") and s.get("overwrite_output_dir"):
         raise SystemExit("--resume and --overwrite_output_dir contradict each other")
+    if out.exists() and not out.is_dir():
+        raise SystemExit(f"--output_dir {out} is a file")
     if s.get("resume"):
-        checkpoint = last_complete_checkpoint(out)
+        checkpoint, rejected = find_resumable(out)
         if checkpoint is None:
-            raise SystemExit(f"--resume: no complete checkpoint in {out}")
+            found = f" ({describe_all(rejected)})" if rejected else ""
+            raise SystemExit(
+                f"--resume: no complete checkpoint in {out}{found}; nothing was changed. Start again with "
+                "--overwrite_output_dir, or restore the files named"
+            )
         saved = json.loads((checkpoint / "config.json").read_text())
         wanted = json.loads(Path(s["model_config"]).read_text())
         diff = [
@@ -156,38 +268,68 @@ def prepare_output_dir(s: dict[str, Any]) -> Path | None:
                 f"--resume: {checkpoint} is from another model ({', '.join(f'{k}={saved.get(k)!r}' for k in diff)}"
                 f" where {s['model_config']} says {', '.join(f'{k}={wanted[k]!r}' for k in diff)})"
             )
-        return checkpoint
-    if out.exists() and any(out.iterdir()):
-        if not s.get("overwrite_output_dir"):
-            raise SystemExit(f"{out} is not empty: pass --resume to continue that run or --overwrite_output_dir")
-        if PartialState().is_main_process:
-            shutil.rmtree(out)
-    return None
+        return checkpoint, rejected
+    if out.exists() and any(out.iterdir()) and not s.get("overwrite_output_dir"):
+        raise SystemExit(f"{out} is not empty: pass --resume to continue that run or --overwrite_output_dir")
+    return None, []
 
 
-def main(argv: list[str] | None = None) -> dict[str, Any]:
-    args = build_parser().parse_args(argv)
-    s = resolve_settings(args)
-    # No GPU: run on the CPU, and several processes (torchrun / mpirun) then form a gloo process group.
-    use_cpu = bool(s.get("use_cpu")) or os.environ.get("ACCELERATE_USE_CPU", "").lower() in ("1", "true", "yes")
-    use_cpu = use_cpu or not torch.cuda.is_available()
-    state = PartialState(cpu=use_cpu)
-    checkpoint = prepare_output_dir(s)
-    state.wait_for_everyone()
-    out = Path(s["output_dir"])
-    out.mkdir(parents=True, exist_ok=True)
+class OutputFolder:
+    """The run folder, left as it was found if the run fails before training starts (bad data, a tokenizer that
+    does not fit the model, ...): a folder this run created is removed, one that --overwrite_output_dir replaces is
+    only moved aside until training starts, and put back on failure."""
+
+    def __init__(self, path: Path, overwrite: bool, is_main: bool) -> None:
+        self.path, self.is_main = path, is_main
+        self.existed = path.exists()
+        self.was_empty = self.existed and not any(path.iterdir())
+        self.replaced: Path | None = None
+        if is_main and overwrite and self.existed and any(path.iterdir()):
+            self.replaced = move_aside(path, ".replaced")
+            self.existed = False
+        if is_main:
+            path.mkdir(parents=True, exist_ok=True)
+
+    def started(self) -> None:
+        """Training has started: the replaced run is gone for good."""
+        if self.is_main and self.replaced is not None:
+            shutil.rmtree(self.replaced)
+            self.replaced = None
+
+    def failed(self) -> None:
+        if not self.is_main:
+            return
+        if self.replaced is not None:
+            shutil.rmtree(self.path, ignore_errors=True)
+            self.replaced.rename(self.path)
+        elif not self.existed:
+            shutil.rmtree(self.path, ignore_errors=True)
+        elif self.was_empty:
+            for child in self.path.iterdir():
+                shutil.rmtree(child) if child.is_dir() else child.unlink()
+
+
+def describe_data(s: dict[str, Any], splits: list[str]) -> str:
+    files = [str(s[f"{split}_file"]) for split in splits if s.get(f"{split}_file")]
+    return ", ".join(files) if files else f"dataset {s.get('dataset_name')!r}"
+
+
+def build_trainer(s: dict[str, Any], state, raw, out: Path, use_cpu: bool):
+    """Tokenizer, tokenized data, model and VaswaniTrainer: the part of a run that writes into the run folder before
+    training starts (main() undoes it if this fails). Returns (trainer, data, tokenizer, drop statistics, the
+    sacreBLEU signatures filled by evaluation)."""
+    import numpy as np
+    import torch
+    from transformers import AutoTokenizer, DataCollatorForSeq2Seq, Seq2SeqTrainingArguments
+    from transformers.trainer_callback import ProgressCallback
+
+    import modeling_vaswani
+    from training.data import tokenize_pairs
+    from training.metrics import compute_bleu_chrf
+    from training.tokenizer import train_tokenizer_for
+    from training.trainer import VaswaniTrainer
+
     src, tgt = s["source_lang"], s["target_lang"]
-    started = time.time()
-
-    raw = load_parallel(
-        dataset_name=s.get("dataset_name"),
-        dataset_config=s.get("dataset_config"),
-        train_file=s.get("train_file"),
-        validation_file=s.get("validation_file"),
-        test_file=s.get("test_file"),
-        source_lang=src,
-        target_lang=tgt,
-    )
     tokenizer_dir = out / "tokenizer"
     with state.main_process_first():  # one process trains the BPE and maps the data; the others read the caches
         if not (tokenizer_dir / "tokenizer.json").is_file():
@@ -195,6 +337,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
         data = tokenize_pairs(raw, tokenizer, src, tgt, s["max_length"])
         drop_stats = data.stats
+    if len(data["train"]) == 0:
+        raise SystemExit(
+            f"no training pair left: all {drop_stats['train']['pairs']:,} are empty or longer than max_length "
+            f"{s['max_length']} tokens"
+        )
     if s.get("max_train_samples"):
         data["train"] = data["train"].select(range(min(s["max_train_samples"], len(data["train"]))))
     if "validation" in data and s.get("max_eval_samples"):
@@ -202,7 +349,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     config = modeling_vaswani.VaswaniConfig.from_json_file(s["model_config"])
     config.vocab_size = len(tokenizer)
-    config.label_smoothing = s.get("label_smoothing", config.label_smoothing)
     config.fused_loss = not s.get("no_fused_loss")  # training loss without whole (tokens × vocab) logits
     special = {
         "pad": (config.pad_token_id, tokenizer.pad_token_id),
@@ -230,6 +376,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         adam_epsilon=s.get("adam_epsilon", 1e-9),
         weight_decay=0.0,
         max_grad_norm=s.get("max_grad_norm", 0.0),
+        label_smoothing_factor=s["label_smoothing"],  # ε_ls (§5.4); the model's own loss stays plain CE
         bf16=bool(s.get("bf16")),
         fp16=bool(s.get("fp16")),
         logging_steps=s.get("logging_steps", 50),
@@ -272,18 +419,61 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         warmup_steps=s["warmup_steps"],
     )
     trainer.remove_callback(ProgressCallback)
-    trainer.add_callback(PostfixProgressCallback)
-    for folder in incomplete_checkpoints(out):
-        if state.is_main_process:
-            aside = folder.with_name("incomplete-" + folder.name)
-            folder.rename(aside)
-            print(f"{folder.name} was never completed (a kill mid-write); moved aside to {aside.name}", flush=True)
+    trainer.add_callback(rounded_progress_callback())
+    return trainer, data, tokenizer, drop_stats, signatures
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    recipe = argparse.ArgumentParser(add_help=False)
+    recipe.add_argument("--recipe", default=DEFAULT_RECIPE)
+    args = build_parser(recipe.parse_known_args(argv)[0].recipe).parse_args(argv)
+    s = resolve_settings(args)
+    use_cpu = select_device(s)
+    checkpoint, rejected = check_output_dir(s)
+    from accelerate import PartialState
+
+    from training.data import load_parallel
+
+    # No GPU: run on the CPU, and several processes (torchrun / mpirun) then form a gloo process group.
+    state = PartialState(cpu=use_cpu)
+    out = Path(s["output_dir"])
+    src, tgt = s["source_lang"], s["target_lang"]
+    started = time.time()
+
+    raw = load_parallel(  # every data file is checked and read before anything is written
+        dataset_name=s.get("dataset_name"),
+        dataset_config=s.get("dataset_config"),
+        train_file=s.get("train_file"),
+        validation_file=s.get("validation_file"),
+        test_file=s.get("test_file"),
+        source_lang=src,
+        target_lang=tgt,
+    )
+    empty = [split for split, part in raw.items() if len(part) == 0]
+    if empty:
+        raise SystemExit(f"no pairs in the {', '.join(empty)} split(s) of {describe_data(s, empty)}")
+    folder = OutputFolder(out, bool(s.get("overwrite_output_dir")), state.is_main_process)
     state.wait_for_everyone()
+    try:
+        trainer, data, tokenizer, drop_stats, signatures = build_trainer(s, state, raw, out, use_cpu)
+    except BaseException:
+        folder.failed()
+        raise
+    folder.started()
+    if state.is_main_process:
+        for problems in rejected:  # newer than the checkpoint resumed from: never resumed from, never overwritten
+            aside = move_aside(problems.folder, problems.kind)
+            print(f"{problems.folder.name}: {problems.describe()}; moved aside to {aside.name}", flush=True)
+        if checkpoint is not None:
+            print(f"resuming from {checkpoint}", flush=True)
+    state.wait_for_everyone()
+    model, training_args, world = trainer.model, trainer.args, state.num_processes
 
     result = trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     if state.is_main_process:  # the model folder: safetensors, config, generation config, tokenizer; no pickles
         trainer.accelerator.unwrap_model(trainer.model).save_pretrained(out)
         tokenizer.save_pretrained(out)
+        follow_umask(p for p in out.iterdir() if p.is_file())  # safetensors writes 0600
     final = trainer.evaluate() if "validation" in data else {}
     test_scores = {}
     if "test" in data:
@@ -310,6 +500,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "settings": {k: v for k, v in s.items() if k not in ("overwrite_output_dir", "resume")},
     }
     if state.is_main_process:
+        from training.plots import plot_history
+
         (out / "run_summary.json").write_text(json.dumps(summary, indent=2, default=str))
         plot_history(trainer.state.log_history, out / "training_curves.png", title=str(out))
         print_summary(summary, out)
@@ -325,7 +517,7 @@ def print_summary(summary: dict[str, Any], out: Path) -> None:
         f"tokens/s           {summary['tokens_per_second']:,} (source + target, {summary['devices']})",
         f"validation BLEU    {val.get('eval_bleu', float('nan')):.2f}  chrF {val.get('eval_chrf', float('nan')):.2f}"
         f"  loss {val.get('eval_loss', float('nan')):.3f}",
-        f"best val BLEU      {summary['best_validation_bleu']}",
+        f"best val BLEU      {summary['best_validation_bleu'] or float('nan'):.2f}",
     ]
     if test:
         lines.append(f"test BLEU          {test.get('test_bleu', float('nan')):.2f}  chrF {test.get('test_chrf'):.2f}")
@@ -337,6 +529,9 @@ def print_summary(summary: dict[str, Any], out: Path) -> None:
 
 def translate_examples(folder: Path, source_lang: str) -> None:
     """Reload the saved folder the way a user would and translate a few inputs."""
+    import torch
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
     tokenizer = AutoTokenizer.from_pretrained(folder)
     model = AutoModelForSeq2SeqLM.from_pretrained(folder).eval()
     sources = EXAMPLES.get(source_lang, ["Hello world."])
@@ -349,5 +544,18 @@ def translate_examples(folder: Path, source_lang: str) -> None:
     sys.stdout.flush()
 
 
+def rounded_progress_callback():
+    """The progress bar of training/trainer.py, with evaluation results printed to 4 significant digits instead of
+    16 (trainer_state.json and run_summary.json keep full precision: the callback gets a copy)."""
+    from training.trainer import PostfixProgressCallback
+
+    class RoundedProgressCallback(PostfixProgressCallback):
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            shown = {k: float(f"{v:.4g}") if isinstance(v, float) else v for k, v in (logs or {}).items()}
+            return super().on_log(args, state, control, logs=shown, **kwargs)
+
+    return RoundedProgressCallback
+
+
 if __name__ == "__main__":
-    main()
+    run_command(main)

@@ -11,8 +11,10 @@ Input is UTF-8 text, one sentence a line; output is UTF-8, one translation a lin
 - An empty or whitespace-only line gives an empty line (it is not sent to the model).
 - A line longer than `--max_source_tokens` tokens (`</s>` included; default: 256 or the tokenizer's
   `model_max_length`, whichever is smaller) is translated after truncation to that many tokens, with a warning
-  on stderr naming the line; with `--strict` the command refuses instead and translates nothing (exit 1).
-- Invalid UTF-8 is reported with its line number(s) and nothing is translated (exit 1).
+  on stderr naming the line; with `--strict` the command refuses instead and translates nothing (exit 2).
+- Invalid UTF-8 is reported with its line number(s) and nothing is translated (exit 2).
+- Any bad input (a model folder that does not load, unreadable weights, a bad config.json) ends with one line
+  `error: ...` on stderr and exit status 2; `--debug` shows the traceback.
 - The decoding is the model's generation config (the paper's: beam 4, GNMT α = 0.6, |source| + 50) unless
   `--num_beams`, `--length_penalty`, `--length_penalty_rule`, `--max_new_tokens` or `--max_length_over_source`
   say otherwise. Lines are sorted by length into batches of at most `--batch_tokens` source tokens.
@@ -28,6 +30,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from training.errors import add_debug_flag, run_command
 from training.evaluate import (
     DEFAULT_MAX_TOKENS,
     EvaluationError,
@@ -90,11 +93,12 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"longest input in tokens, </s> included (default: {DEFAULT_MAX_SOURCE_TOKENS} or the tokenizer's "
         "model_max_length, whichever is smaller); longer lines are truncated with a warning",
     )
-    p.add_argument("--strict", action="store_true", help="refuse (exit 1) instead of truncating a long line")
+    p.add_argument("--strict", action="store_true", help="refuse (exit 2) instead of truncating a long line")
     add_decoding_arguments(p)
     p.add_argument("--batch_tokens", type=int, default=DEFAULT_MAX_TOKENS, help="source tokens per batch, padded")
     p.add_argument("--device", help="cpu, cuda, cuda:1, ... (default: cuda if available)")
     p.add_argument("--quiet", action="store_true", help="no progress bar, no loading messages")
+    add_debug_flag(p)
     return p
 
 
@@ -189,4 +193,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_command(main)
