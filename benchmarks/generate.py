@@ -13,12 +13,17 @@ with torch's default kernel ("aten") to show what the kernel choice buys. Ratios
     python -m benchmarks.generate --device cpu --threads 2
     # the GPU benchmark: bf16, beam 4 at batch 128 and greedy at batch 256, 32-token sources, 48 new tokens
     python -m benchmarks.generate --device cuda
+    # real data: a trained model folder and a Moses-style test set, every system on the same sentences in the same
+    # batches, beam 4, natural stopping (wall time, new tokens/s, decoder calls and rows per sentence, BLEU)
+    python -m benchmarks.generate --device cpu --threads 2 --model runs/multi30k \
+        --test_file ../shared/data/multi30k/test_2016_flickr --source_lang en --target_lang de
     # int8 quality on a trained model: BLEU of fp32 and int8 decoding, ours and CTranslate2's (beam 4, α = 0.6)
     python -m benchmarks.generate --device cpu --threads 2 --skip_speed --bleu_model runs/multi30k \\
         --bleu_test_file ../shared/data/multi30k/test_2016_flickr --source_lang en --target_lang de
 """
 
 import argparse
+import functools
 import json
 import sys
 import time
@@ -35,6 +40,7 @@ from benchmarks.common import (
     positive_int,
     save_results,
     set_threads,
+    synchronize,
     time_it,
 )
 from benchmarks.twins import ctranslate2_translator, id_tokens, marian_twin, token_ids
@@ -47,6 +53,9 @@ GPU_SYSTEMS = ("ours", "ours-static", "marian", "marian-static", "ct2-bfloat16",
 # "-static": generate(cache_implementation="static"); on CUDA transformers then compiles each decoding step
 # (CUDA graphs). Both systems get it. On CPU they run uncompiled: allowed there only to test the path.
 EXTRA_CPU = ("ours-static", "marian-static")
+REAL_SYSTEMS = ("ours", "ours-int8", "marian", "ct2-float32", "ct2-int8")
+REAL_COLUMNS = ["system", "wall_s", "new_tokens_per_s", "vs_ct2", "forward_calls", "rows_per_sentence",
+                "rows_per_new_token", "bleu"]  # fmt: skip
 COLUMNS = ["mode", "system", "batch", "new_tokens", "median_s", "new_tokens_per_s", "vs_marian", "vs_ct2"]
 
 
@@ -67,6 +76,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--warmup", type=int, default=1, help="untimed calls before timing")
     parser.add_argument("--repeats", type=positive_int, default=3, help="timed calls; the median is reported")
     parser.add_argument("--skip_speed", action="store_true", help="only the BLEU part (needs --bleu_model)")
+    parser.add_argument("--model", help="real-data mode: a trained model folder (with --test_file)")
+    parser.add_argument("--test_file", help="real-data mode: test data (Moses prefix, JSONL or TSV)")
+    parser.add_argument("--samples", type=positive_int, help="real-data mode: only the first N test sentences")
+    parser.add_argument(
+        "--batch_tokens",
+        type=positive_int,
+        help="real-data mode: source tokens per batch, padded (default: evaluate's)",
+    )
     parser.add_argument("--bleu_model", help="a trained model folder: BLEU of fp32 vs int8, ours and CTranslate2")
     parser.add_argument("--bleu_test_file", help="test data for --bleu_model (Moses prefix, JSONL or TSV)")
     parser.add_argument("--source_lang", default="en", help="source language of --bleu_test_file")
@@ -101,6 +118,16 @@ def check_arguments(args: argparse.Namespace, device: torch.device) -> None:
         raise SystemExit("--bleu_model and --bleu_test_file go together: give both")
     if args.bleu_model and not (Path(args.bleu_model) / "config.json").is_file():
         raise SystemExit(f"--bleu_model {args.bleu_model}: not a model folder (no config.json)")
+    if bool(args.model) != bool(args.test_file):
+        raise SystemExit("--model and --test_file go together: give both")
+    if args.model and not (Path(args.model) / "config.json").is_file():
+        raise SystemExit(f"--model {args.model}: not a model folder (no config.json)")
+    if args.model:
+        real = [s for s in (args.systems or ",".join(REAL_SYSTEMS)).split(",") if s]
+        if set(real) - set(REAL_SYSTEMS):
+            raise SystemExit(f"--systems with --model takes {', '.join(REAL_SYSTEMS)}, got {args.systems!r}")
+        args.real_systems = real
+        return
     args.modes, args.systems = modes, systems
 
 
@@ -282,6 +309,137 @@ def bleu_rows(args, device) -> list[dict]:
     return rows
 
 
+class DecoderRows:
+    """Counts decoder forward calls and the rows (sentences × beams) they compute: a pre-hook on the decoder."""
+
+    def __init__(self, decoder: torch.nn.Module):
+        self.calls = self.rows = 0
+        self.handle = decoder.register_forward_pre_hook(self.count, with_kwargs=True)
+
+    def count(self, module, args, kwargs) -> None:
+        ids = kwargs.get("input_ids")
+        embeds = kwargs.get("inputs_embeds")
+        self.calls += 1
+        self.rows += (ids if ids is not None else embeds).shape[0]
+
+
+def real_rows(args, device) -> list[dict]:
+    """Real data, natural stopping: every system decodes the same sentences in the same length-sorted batches
+    (training/evaluate.py's token budget), beam 4, length penalty 0.6, at most |source| + 50 tokens. Ours: the
+    paper's decoding (GNMT penalty; finished sentences leave the batch). Marian: transformers' beam search with
+    its |Y|^α rule, early_stopping="never", the batch's longest source + 50. CTranslate2: its beam search,
+    length_penalty 0.6, the batch's longest source + 50. wall_s is the best of --repeats passes over the set."""
+    from training.data import load_parallel
+    from training.evaluate import DEFAULT_MAX_TOKENS, load_model, token_batches
+    from training.metrics import compute_bleu_chrf
+
+    model, tokenizer = load_model(args.model, device)
+    data = load_parallel(test_file=args.test_file, source_lang=args.source_lang, target_lang=args.target_lang)
+    pairs = data["test"]["translation"][: args.samples]
+    sources = [p[args.source_lang] for p in pairs]
+    references = [p[args.target_lang] for p in pairs]
+    encoded = tokenizer(sources)["input_ids"]  # </s> included
+    budget = args.batch_tokens or DEFAULT_MAX_TOKENS
+    batches = token_batches([len(e) for e in encoded], budget)
+    pad = tokenizer.pad_token_id
+    tensors = []
+    for batch in batches:
+        longest = max(len(encoded[i]) for i in batch)
+        ids = torch.full((len(batch), longest), pad, dtype=torch.long)
+        for row, i in enumerate(batch):
+            ids[row, : len(encoded[i])] = torch.tensor(encoded[i])
+        tensors.append((batch, ids.to(device), ids.ne(pad).long().to(device)))
+    twin = marian_twin(model.float().cpu()).eval().to(device)
+    special = set(tokenizer.all_special_ids)
+
+    def hf_pass(m, kwargs_for):
+        out = [None] * len(sources)
+        for batch, ids, mask in tensors:
+            result = m.generate(ids, attention_mask=mask, **kwargs_for(mask))
+            for row, i in enumerate(batch):
+                out[i] = [t for t in result[row].tolist() if t not in special]
+        return out
+
+    def ct2_pass(translator):
+        out = [None] * len(sources)
+        for batch, _ids, mask in tensors:
+            results = translator.translate_batch(
+                [id_tokens(encoded[i]) for i in batch],
+                beam_size=4,
+                length_penalty=0.6,
+                max_decoding_length=int(mask.sum(-1).max()) + 50,
+                max_batch_size=len(batch),
+            )
+            for r, i in zip(results, batch, strict=True):
+                out[i] = [t for t in token_ids(r.hypotheses[0]) if t not in special]
+        return out
+
+    def marian_settings(mask):
+        longest = int(mask.sum(-1).max())
+        return dict(num_beams=4, length_penalty=0.6, early_stopping="never", max_new_tokens=longest + 50)
+
+    rows = []
+    for system in tqdm(args.real_systems, desc="real-data benchmark", unit="system", file=sys.stderr):
+        counter = None
+        if system.startswith("ct2-"):
+            translator = ctranslate2_translator(twin, system[4:], threads=args.threads or 0, device=device.type)
+            if translator is None:
+                print(f"ctranslate2 is not installed: {system} skipped (pip install -e '.[bench]')", file=sys.stderr)
+                continue
+            run = functools.partial(ct2_pass, translator)
+        elif system == "marian":
+            counter = DecoderRows(twin.model.decoder)
+            run = functools.partial(hf_pass, twin, marian_settings)
+        else:
+            if device.type == "cpu":
+                model.set_cpu_kernel("int8" if system == "ours-int8" else "onednn")
+            counter = DecoderRows(model.model.decoder)
+            run = functools.partial(hf_pass, model, lambda mask: {})  # the model's own generation config
+        times, hypotheses = [], None
+        for _ in range(args.repeats):
+            if counter is not None:
+                counter.calls = counter.rows = 0
+            synchronize(device)
+            start = time.perf_counter()
+            with torch.inference_mode():
+                hypotheses = run()
+            synchronize(device)
+            times.append(time.perf_counter() - start)
+        if counter is not None:
+            counter.handle.remove()
+        new_tokens = sum(len(h) for h in hypotheses)
+        texts = [tokenizer.decode(h, skip_special_tokens=True) for h in hypotheses]
+        scores = compute_bleu_chrf(texts, references)
+        rows.append(
+            emit(
+                {
+                    "benchmark": "generate-real",
+                    "system": system,
+                    "model": str(args.model),
+                    "test_file": str(args.test_file),
+                    "sentences": len(sources),
+                    "batches": len(batches),
+                    "batch_tokens": budget,
+                    "wall_s": round(min(times), 4),
+                    "times_s": [round(t, 4) for t in times],
+                    "new_tokens": new_tokens,
+                    "new_tokens_per_s": round(new_tokens / min(times), 1),
+                    "forward_calls": counter.calls if counter else None,
+                    "rows_per_sentence": round(counter.rows / len(sources), 2) if counter else None,
+                    "rows_per_new_token": round(counter.rows / max(new_tokens, 1), 3) if counter else None,
+                    "bleu": scores["bleu"],
+                    "chrf": scores["chrf"],
+                    "signature": scores["signature"],
+                }
+            )
+        )
+    for row in rows:  # ratios within this run: wall time over CTranslate2's of the same precision
+        other = "ct2-int8" if row["system"].endswith("int8") else "ct2-float32"
+        ref = next((r for r in rows if r["system"] == other), None)
+        row["vs_ct2"] = row["wall_s"] / ref["wall_s"] if ref else None
+    return rows
+
+
 def main(argv: list[str] | None = None) -> list[dict]:
     args = build_parser().parse_args(argv)
     device = pick_device(args.device)
@@ -289,6 +447,13 @@ def main(argv: list[str] | None = None) -> list[dict]:
     set_threads(args.threads)
     env = environment(device)
     env["malloc_keeps_freed_blocks"] = False if args.plain_malloc else keep_freed_memory_for_reuse()
+    if args.model:
+        rows = real_rows(args, device)
+        table = markdown_table(rows, REAL_COLUMNS)
+        print(table)
+        jsonl, md = save_results("generate-real", env, rows, table, args.out_dir)
+        print(f"results: {jsonl} and {md}", file=sys.stderr)
+        return rows
     rows = [] if args.skip_speed else speed_rows(args, device, env)
     table = markdown_table(rows, COLUMNS + (["vs_ct2_int8"] if device.type == "cpu" else [])) if rows else ""
     if args.bleu_model:

@@ -10,7 +10,8 @@ Decoding defaults to §6.1: beam size 4, the GNMT length penalty lp(Y) = ((5 + |
 and at most |source| + 50 output tokens per sentence. transformers' own rule (score / |Y|^α) stays
 available with `length_penalty_rule="transformers"`.
 
-This file travels to the Hub as remote code with `configuration_vaswani.py`: it imports nothing of ours.
+This file travels to the Hub as remote code with `configuration_vaswani.py` and `generation_vaswani.py`, which it
+imports relatively (transformers' remote-code loader copies and loads relative imports along).
 """
 
 import math
@@ -25,13 +26,7 @@ from transformers import GenerationConfig, GenerationMixin, Pipeline, PreTrained
 from transformers import initialization as init
 from transformers.activations import ACT2FN
 from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
-from transformers.generation.logits_process import (
-    LogitsProcessor,
-    LogitsProcessorList,
-    MinLengthLogitsProcessor,
-    MinNewTokensLengthLogitsProcessor,
-)
-from transformers.generation.stopping_criteria import StoppingCriteria, StoppingCriteriaList
+from transformers.generation.stopping_criteria import StoppingCriteriaList
 from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (
@@ -47,6 +42,7 @@ from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .configuration_vaswani import VaswaniConfig
+from .generation_vaswani import SourceLengthCriteria, decode, gnmt_length_penalty, uses_decode
 
 logger = logging.get_logger(__name__)
 
@@ -637,20 +633,6 @@ class VaswaniSeq2SeqLMOutput(Seq2SeqLMOutput):
     nll_loss: torch.FloatTensor | None = None
 
 
-class _SourceLengthCriteria(StoppingCriteria):
-    """§6.1: stop a sentence after |source| + extra output tokens (batch rows grouped per source, as generate does)."""
-
-    def __init__(self, max_new: torch.Tensor):
-        self.max_new = max_new  # (B,)
-        self.start: int | None = None
-
-    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor | None, **kwargs) -> torch.BoolTensor:
-        if self.start is None:  # first call: one new token after the decoder prompt
-            self.start = input_ids.shape[1] - 1
-        limit = self.max_new.to(input_ids.device).repeat_interleave(input_ids.shape[0] // self.max_new.shape[0])
-        return (input_ids.shape[1] - self.start) >= limit
-
-
 class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
     """The full model: encoder-decoder, tied pre-softmax linear (§3.4), label-smoothed loss, paper decoding."""
 
@@ -746,7 +728,8 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
     def generate(self, inputs: torch.Tensor | None = None, generation_config: GenerationConfig | None = None, **kwargs):
         """`GenerationMixin.generate`, plus the paper's rules: at most |source| + `max_length_over_source` tokens
         per sentence unless `max_length`/`max_new_tokens` is given, and `length_penalty_rule` "gnmt"/"transformers".
-        """
+        Beam search (and greedy search returning plain sequences) runs `generation_vaswani.decode` through
+        transformers' `custom_generate` route: a sentence leaves the batch the step it is finished."""
         config = generation_config if generation_config is not None else self.generation_config
         rule = kwargs.get("length_penalty_rule", getattr(config, "length_penalty_rule", "transformers"))
         if rule not in ("gnmt", "transformers"):
@@ -761,117 +744,15 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
             source_len = mask.sum(-1) if mask is not None else ids.ne(self.config.pad_token_id).sum(-1)
             kwargs["max_new_tokens"] = int(source_len.max()) + extra  # one sync per call, none per step
             criteria = StoppingCriteriaList(kwargs.get("stopping_criteria") or [])
-            criteria.append(_SourceLengthCriteria(source_len + extra))
+            criteria.append(SourceLengthCriteria(source_len + extra))
             kwargs["stopping_criteria"] = criteria
-        self._beam_group = None
-        output = super().generate(inputs, generation_config, **kwargs)
-        group, self._beam_group = self._beam_group, None
-        if group and group > 1 and not isinstance(output, torch.Tensor):  # one row per sequence, as usual
-            for key in ("encoder_hidden_states", "encoder_attentions"):
-                if getattr(output, key, None) is not None:
-                    output[key] = tuple(t.repeat_interleave(group, dim=0) for t in output[key])
-        return output
-
-    def _expand_inputs_for_generation(self, expand_size: int = 1, is_encoder_decoder: bool = False, **model_kwargs):
-        """As GenerationMixin's, except that the encoder output and its mask stay one row per source: the beams
-        (or samples) of a sentence share them, so cross-attention keys/values are computed and cached once per
-        source and never reordered (the decoder groups rows b·g … b·g+g-1 onto source b)."""
-        shared = {k: model_kwargs.pop(k) for k in ("encoder_outputs", "attention_mask") if k in model_kwargs}
-        if is_encoder_decoder and shared.get("encoder_outputs") is None:
-            raise ValueError("If `is_encoder_decoder` is True, make sure that `encoder_outputs` is defined.")
-        input_ids, model_kwargs = super()._expand_inputs_for_generation(expand_size, False, **model_kwargs)
-        self._beam_group = expand_size
-        return input_ids, {**model_kwargs, **shared}
-
-    def _reorder_cache(self, cache: Cache, beam_idx: torch.LongTensor) -> Cache:
-        """Beam search keeps the self-attention cache of the chosen beams; a cross-attention cache with one row
-        per source is the same for all beams of that source and is left as it is."""
-        if isinstance(cache, EncoderDecoderCache):
-            cache.self_attention_cache.reorder_cache(beam_idx)
-            cross = cache.cross_attention_cache
-            if cross.get_seq_length() > 0 and cross.layers[0].keys.shape[0] == beam_idx.shape[0]:
-                cross.reorder_cache(beam_idx)
-        else:
-            cache.reorder_cache(beam_idx)
-        return cache
-
-    def _get_logits_processor(self, *args, **kwargs) -> LogitsProcessorList:
-        """GenerationMixin's processors, with the min-length ones (clone + where over the whole vocabulary each
-        step) replaced by one that writes -inf into the EOS column only: same scores, one pass fewer."""
-        processors = super()._get_logits_processor(*args, **kwargs)
-        for i, p in enumerate(processors):
-            if isinstance(p, MinLengthLogitsProcessor):
-                processors[i] = _EosBanUntil(p.eos_token_id, p.min_length)
-            elif isinstance(p, MinNewTokensLengthLogitsProcessor):
-                processors[i] = _EosBanUntil(p.eos_token_id, p.prompt_length_to_skip + p.min_new_tokens)
-        return processors
-
-    def _beam_search(self, input_ids, logits_processor, stopping_criteria, generation_config, **kwargs):
-        for processor in logits_processor:
-            if isinstance(processor, _EosBanUntil):
-                processor.in_place = True
-        self._gnmt_alpha = (
-            generation_config.length_penalty
-            if getattr(generation_config, "length_penalty_rule", "transformers") == "gnmt"
-            else None
-        )
-        try:
-            return super()._beam_search(input_ids, logits_processor, stopping_criteria, generation_config, **kwargs)
-        finally:
-            self._gnmt_alpha = None
-
-    def _update_finished_beams(self, *, topk_log_probs, cur_len, decoder_prompt_len, length_penalty, **kwargs):
-        alpha = getattr(self, "_gnmt_alpha", None)
-        if alpha is not None:  # GNMT: score(Y) = log P(Y|X) / ((5 + |Y|) / 6)^α
-            topk_log_probs = topk_log_probs / gnmt_length_penalty(cur_len + 1 - decoder_prompt_len, alpha)
-            length_penalty = 0.0  # the base class divides by |Y|^0 = 1
-        return super()._update_finished_beams(
-            topk_log_probs=topk_log_probs,
-            cur_len=cur_len,
-            decoder_prompt_len=decoder_prompt_len,
-            length_penalty=length_penalty,
-            **kwargs,
-        )
-
-    def _check_early_stop_heuristic(
-        self, *, running_beam_scores, cur_len, max_length, decoder_prompt_len, early_stopping, length_penalty, **kwargs
-    ):
-        alpha = getattr(self, "_gnmt_alpha", None)
-        if alpha is not None:  # bound the best live beam with the GNMT penalty at its most favourable length
-            longest = max_length - decoder_prompt_len if early_stopping == "never" else cur_len - decoder_prompt_len
-            running_beam_scores = running_beam_scores / gnmt_length_penalty(longest, alpha)
-            length_penalty = 0.0
-        return GenerationMixin._check_early_stop_heuristic(
-            running_beam_scores=running_beam_scores,
-            cur_len=cur_len,
-            max_length=max_length,
-            decoder_prompt_len=decoder_prompt_len,
-            early_stopping=early_stopping,
-            length_penalty=length_penalty,
-            **kwargs,
-        )
-
-
-class _EosBanUntil(LogitsProcessor):
-    """EOS scores are -inf while the sequences (decoder prompt included) are shorter than `length`."""
-
-    def __init__(self, eos_token_id: torch.Tensor, length: int):
-        self.eos = torch.as_tensor(eos_token_id).flatten()
-        self.length = length
-        self.in_place = False  # beam search sets it: its scores are a fresh log_softmax, stored only as copies
-
-    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        if input_ids.shape[-1] >= self.length:
-            return scores
-        eos = self.eos.to(scores.device)
-        if self.in_place:
-            return scores.index_fill_(-1, eos, -math.inf)
-        return scores.index_fill(-1, eos, -math.inf)  # (B, vocab), a new tensor: _sample keeps its input as logits
-
-
-def gnmt_length_penalty(length: int | torch.Tensor, alpha: float) -> float | torch.Tensor:
-    """lp(Y) = ((5 + |Y|) / (5 + 1))^α (Wu et al., 2016, Eq. 14), the rule §6.1 uses with α = 0.6."""
-    return ((5.0 + length) / 6.0) ** alpha
+        # encoder_hidden_states/encoder_attentions in a dict output keep one row per source, as Marian's do
+        # (tests/test_generation_contracts.py compares every field's shape with MarianMTModel's)
+        if uses_decode(config, kwargs):
+            kwargs["custom_generate"] = decode
+            # generate() would hand the streamer the prompt with one row per beam; decode streams one per source
+            kwargs["token_streamer"] = kwargs.pop("streamer", None)
+        return super().generate(inputs, generation_config, **kwargs)
 
 
 def label_smoothed_nll_loss(

@@ -77,6 +77,36 @@ def test_smoke_run_writes_rows_tables_and_ratios(tmp_path):
     assert len(list(tmp_path.glob("generate-cpu*.jsonl"))) == 2  # the first results are kept
 
 
+def test_real_data_smoke_run_decodes_every_sentence_with_every_system(tmp_path):
+    """The real-data mode on a random tiny model folder and a 12-line Moses-style test set: one row per system with
+    wall time, tokens/s, decoder calls and rows, BLEU; ours computes fewer rows than Marian's loop."""
+    from training.corpus import default_corpus
+    from training.tokenizer import train_tokenizer
+
+    pairs = default_corpus(seed=1, train_size=200, validation_size=0, test_size=12)
+    tokenizer = train_tokenizer(
+        [t for r in pairs["train"]["translation"] for t in r.values()], vocab_size=120, show_progress=False
+    )
+    model = VaswaniForConditionalGeneration(
+        VaswaniConfig(vocab_size=len(tokenizer), d_model=32, d_ff=64, h=4, encoder_layers=2, decoder_layers=2)
+    )
+    folder = tmp_path / "model"
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    for lang in ("en", "de"):
+        (tmp_path / f"test.{lang}").write_text("".join(r[lang] + "\n" for r in pairs["test"]["translation"]))
+    argv = ["--device", "cpu", "--model", str(folder), "--test_file", str(tmp_path / "test"), "--repeats", "1"]
+    rows = generate_main([*argv, "--batch_tokens", "60", "--out_dir", str(tmp_path)])
+    systems = {r["system"]: r for r in rows}
+    expected = {"ours", "ours-int8", "marian"} | ({"ct2-float32", "ct2-int8"} if "ct2-int8" in systems else set())
+    assert set(systems) == expected
+    for row in rows:
+        assert row["sentences"] == 12 and row["wall_s"] > 0 and row["batches"] > 1 and "bleu" in row
+    assert 0 < systems["ours"]["rows_per_sentence"] < systems["marian"]["rows_per_sentence"]
+    [jsonl] = tmp_path.glob("generate-real-cpu*.jsonl")
+    assert len(jsonl.read_text().splitlines()) == len(rows)
+
+
 @pytest.mark.parametrize(
     "argv, message",
     [
@@ -84,6 +114,8 @@ def test_smoke_run_writes_rows_tables_and_ratios(tmp_path):
         (["--systems", "ours,fairseq"], "--systems on cpu takes"),
         (["--skip_speed"], "--skip_speed leaves nothing to do"),
         (["--bleu_model", "runs/none"], "--bleu_model and --bleu_test_file go together"),
+        (["--model", "runs/none"], "--model and --test_file go together"),
+        (["--model", "runs/none", "--test_file", "x"], "not a model folder"),
     ],
 )
 def test_bad_arguments_are_named(tmp_path, argv, message):
