@@ -17,8 +17,9 @@ shared by its beams), the encoder output and its mask. Greedy search drops a row
 
 Rows stay (every sentence decodes until the whole batch stops, exactly as transformers' loops) when dropping cannot be
 done without changing a result: a cache that is not a fresh `DynamicCache` pair (static caches, a cache passed in to
-continue from), per-step attentions or hidden states requested, or a logits processor or stopping criterion that is
-not known to treat each row on its own (e.g. `prefix_allowed_tokens_fn`, whose callback receives batch indices).
+continue from), per-step attentions or hidden states requested, beam sampling (its random draws span the batch), or
+a logits processor or stopping criterion not known to treat each row on its own (e.g. `prefix_allowed_tokens_fn`,
+whose callback receives batch indices).
 
 This file travels to the Hub as remote code with `modeling_vaswani.py`, which imports it relatively.
 """
@@ -112,9 +113,10 @@ _PASSED_THROUGH = {"output_attentions", "output_hidden_states"}  # model kwargs 
 
 
 def uses_decode(generation_config, kwargs: dict) -> bool:
-    """Whether `generate()` routes to `decode`: beam search always (its length penalty rule lives here); greedy search
-    when it returns plain sequences with a dynamic cache (dict outputs, static caches and their auto-compilation keep
-    transformers' `_sample`, which honours all of them). Sampling, contrastive and assisted decoding: transformers'."""
+    """Whether `generate()` routes to `decode`: beam search and beam sampling always (the length penalty rule lives
+    here); greedy search when it returns plain sequences with a dynamic cache (dict outputs, static caches and their
+    auto-compilation keep transformers' `_sample`, which honours all of them). Sampling, contrastive and assisted
+    decoding: transformers' loops."""
     if kwargs.get("custom_generate") is not None:
         return False
     probe = copy.copy(generation_config)  # the fields that decide the mode, as generate() will merge them
@@ -122,7 +124,7 @@ def uses_decode(generation_config, kwargs: dict) -> bool:
         if key in kwargs:
             setattr(probe, key, kwargs[key])
     mode = probe.get_generation_mode(kwargs.get("assistant_model"))
-    if mode == GenerationMode.BEAM_SEARCH:
+    if mode in (GenerationMode.BEAM_SEARCH, GenerationMode.BEAM_SAMPLE):
         return True
     if mode != GenerationMode.GREEDY_SEARCH:
         return False
@@ -140,7 +142,7 @@ def decode(
     token_streamer=None,
     **model_kwargs,
 ):
-    """`custom_generate` callable: beam search when `num_beams` > 1, else greedy search (see the module docstring)."""
+    """`custom_generate` callable: beam search (or beam sampling) when `num_beams` > 1, else greedy search."""
     state = _Batch(
         model, input_ids, logits_processor, stopping_criteria, generation_config, token_streamer, model_kwargs
     )
@@ -197,6 +199,7 @@ class _Batch:
         )
         self.drop = (
             fresh_dynamic
+            and not config.do_sample  # beam sampling keeps every row: the same random draws as transformers'
             and set(self.extra) <= _PASSED_THROUGH
             and not any(self.extra.values())
             and all(type(p) in _ROW_WISE_PROCESSORS for p in self.processors)
@@ -350,7 +353,12 @@ class _Batch:
 
             # top K continuations of each sentence over all its beams
             scores = (log_probs.view(n, nb, V) + running_scores[:, :, None]).view(n, nb * V)
-            topk_scores, topk_idx = torch.topk(scores, K)
+            if cfg.do_sample:  # beam sampling: K draws without replacement, best first
+                topk_idx = torch.multinomial(F.softmax(scores, dim=-1), num_samples=K)
+                topk_scores, order = scores.gather(1, topk_idx).sort(dim=-1, descending=True)
+                topk_idx = topk_idx.gather(1, order)
+            else:
+                topk_scores, topk_idx = torch.topk(scores, K)
             parent, token = topk_idx // V, topk_idx % V  # (n, K)
             topk_seq = torch.take_along_dim(running, parent[:, :, None], dim=1)
             topk_seq[:, :, cur] = token

@@ -119,6 +119,7 @@ def both(models, ids, mask, attn="sdpa", **kwargs):
     for m, extra in ((model, {}), (reference, {"custom_generate": reference_loop})):
         m.set_attn_implementation(attn)
         counter = RowCounter(m)
+        torch.manual_seed(0)  # the same draws for beam sampling
         outputs.append(
             m.generate(ids, attention_mask=mask, return_dict_in_generate=True, output_scores=True, **extra, **kwargs)
         )
@@ -224,6 +225,14 @@ def test_rows_stay_with_an_unknown_processor_and_match_step_for_step(models):
     assert len(ours.scores) == len(ref.scores)
     for a, b in zip(ours.scores, ref.scores, strict=True):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=0)
+
+
+def test_beam_sampling_keeps_every_row_and_draws_as_transformers(models):
+    """Beam sampling runs in the loop too (the GNMT rule applies), without dropping: same draws, same results."""
+    ids, mask = padded(TEN_X)
+    (ours, ref), (rows_ours, rows_ref) = both(models, ids, mask, do_sample=True, num_beams=3, top_k=0)
+    assert_same(ours, ref)
+    assert rows_ours == rows_ref
 
 
 def test_per_step_scores_of_departed_sentences_are_minus_inf(models):
