@@ -233,6 +233,7 @@ def build_model(system: str, config: VaswaniConfig, device: torch.device, seed: 
     if system == "ours":
         model = ours
         model.config.fused_loss = FUSED_LOSS  # as training/train.py trains it
+        model.config.label_smoothing = 0.1  # ε_ls (§5.4), the recipe's label_smoothing_factor, applied by this loss
     elif system == "marian":
         model = marian_twin(ours, max_positions=max(1024, max_positions))
         model.set_attn_implementation("sdpa")

@@ -317,9 +317,11 @@ class VaswaniAttention(nn.Module):
                     cache.is_updated[self.layer_idx] = True
 
         group = B // k.shape[0]  # > 1: the beams (or samples) of a source share its cross-attention keys/values
-        if group > 1:  # their queries become extra query positions of that source: (B/g, h, g·T_q, d_k)
-            q = q.view(B // group, group, self.h, T, self.d_k).transpose(1, 2).reshape(B // group, self.h, -1, self.d_k)
-            if attention_mask is not None and attention_mask.shape[-2] == T > 1:
+        # traced (torch.export, compile): always grouped, so one graph serves any group, 1 included (training/export.py)
+        grouped = is_cross and (group > 1 or is_torchdynamo_compiling())
+        if grouped:  # their queries become extra query positions of that source: (B/g, h, g·T_q, d_k)
+            q = q.view(k.shape[0], group, self.h, T, self.d_k).transpose(1, 2).reshape(k.shape[0], self.h, -1, self.d_k)
+            if attention_mask is not None and attention_mask.shape[-2] == T and (T > 1 or is_torchdynamo_compiling()):
                 attention_mask = attention_mask.repeat(1, 1, group, 1)  # (B/g, 1, g·T_q, T_k)
 
         attention = ALL_ATTENTION_FUNCTIONS.get_interface(self.config._attn_implementation, eager_attention_forward)
@@ -333,7 +335,7 @@ class VaswaniAttention(nn.Module):
             scaling=self.scaling,
             **kwargs,
         )
-        if group > 1 and weights is not None:  # back to one row per beam: (B, h, T_q, T_k)
+        if grouped and weights is not None:  # back to one row per beam: (B, h, T_q, T_k)
             weights = weights.view(B // group, self.h, group, T, -1).transpose(1, 2).reshape(B, self.h, T, -1)
         return self.w_o(out.reshape(B, T, -1)), weights  # (B, T_q, d_model)
 
@@ -517,14 +519,15 @@ class VaswaniDecoder(VaswaniPreTrainedModel):
             raise ValueError("pass exactly one of decoder_input_ids or decoder_inputs_embeds")
         if use_cache and cache is None:
             cache = EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
-        past = cache.get_seq_length() if cache is not None else 0
-        check_shapes(input_ids, attention_mask, "decoder_input_ids", past)
-        if inputs_embeds is None:
-            if past == 0:  # later decoding steps feed back the model's own (valid) predictions
+        past = cache.get_seq_length() if cache is not None else 0  # a 0-d tensor for a static cache
+        if not is_torchdynamo_compiling():  # compiled code branches on no value (tests/test_generation_contracts.py)
+            check_shapes(input_ids, attention_mask, "decoder_input_ids", past)
+            if inputs_embeds is None and past == 0:  # later decoding steps feed back the model's own predictions
                 input_ids = check_token_ids(self, input_ids, self.config.vocab_size, "decoder_input_ids")
+        if inputs_embeds is None:
             inputs_embeds = self.embed_tokens(input_ids)
         B, T = inputs_embeds.shape[:2]
-        if encoder_hidden_states is not None and encoder_hidden_states.shape[0] != B:
+        if encoder_hidden_states is not None and (is_torchdynamo_compiling() or encoder_hidden_states.shape[0] != B):
             encoder_hidden_states, encoder_attention_mask = self._share_source(
                 B, encoder_hidden_states, encoder_attention_mask
             )
@@ -540,7 +543,7 @@ class VaswaniDecoder(VaswaniPreTrainedModel):
             attention_mask=encoder_attention_mask,
             encoder_hidden_states=encoder_hidden_states,
         )
-        positions = torch.arange(past, past + T, device=inputs_embeds.device)
+        positions = torch.arange(T, device=inputs_embeds.device) + past
         x = inputs_embeds + sinusoids(positions, self.config.d_model).to(inputs_embeds.dtype)
         x = F.dropout(x, p=self.config.p_drop, training=self.training)
         for layer in self.layers:
@@ -550,7 +553,9 @@ class VaswaniDecoder(VaswaniPreTrainedModel):
     def _share_source(self, B: int, memory: torch.Tensor, mask: torch.Tensor | None) -> tuple:
         """Decoder rows b·g … b·g+g-1 (beams, samples) read source b: kept as one row per source for eager/sdpa
         attention (keys/values computed and cached once per source), repeated g times for other kernels."""
-        if B % memory.shape[0] != 0:
+        if is_torchdynamo_compiling():  # a runtime check, not a guard fixing the traced batches' ratio
+            torch._check(B % memory.shape[0] == 0)
+        elif B % memory.shape[0] != 0:
             raise ValueError(
                 f"the decoder batch ({B}) must be a multiple of the encoder batch ({memory.shape[0]}): "
                 "each source's rows (e.g. its beams) next to each other"
@@ -628,13 +633,14 @@ class VaswaniModel(VaswaniPreTrainedModel):
 
 @dataclass
 class VaswaniSeq2SeqLMOutput(Seq2SeqLMOutput):
-    """`loss` is the label-smoothed loss (§5.4) that training minimises; `nll_loss` the plain NLL per token."""
+    """`loss` is the cross-entropy per target token, label-smoothed only if ε_ls > 0 (`epsilon_ls` or
+    config.label_smoothing, 0 by default); `nll_loss` is always the plain NLL per token."""
 
     nll_loss: torch.FloatTensor | None = None
 
 
 class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
-    """The full model: encoder-decoder, tied pre-softmax linear (§3.4), label-smoothed loss, paper decoding."""
+    """The full model: encoder-decoder, tied pre-softmax linear (§3.4), cross-entropy loss, paper decoding."""
 
     _tied_weights_keys = {
         "lm_head.weight": "model.shared.weight",
@@ -671,7 +677,7 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
         decoder_inputs_embeds: torch.Tensor | None = None,
         labels: torch.LongTensor | None = None,  # (B, T_tgt), -100 = ignored
         use_cache: bool | None = None,
-        epsilon_ls: float | None = None,  # ε_ls, defaults to config.label_smoothing; 0 gives plain NLL
+        epsilon_ls: float | None = None,  # ε_ls (§5.4), defaults to config.label_smoothing (0: plain cross-entropy)
         num_items_in_batch: int | torch.Tensor | None = None,  # target tokens over accumulation steps (Trainer)
         **kwargs,
     ) -> VaswaniSeq2SeqLMOutput:
@@ -752,7 +758,16 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
             kwargs["custom_generate"] = decode
             # generate() would hand the streamer the prompt with one row per beam; decode streams one per source
             kwargs["token_streamer"] = kwargs.pop("streamer", None)
-        return super().generate(inputs, generation_config, **kwargs)
+        output = super().generate(inputs, generation_config, **kwargs)
+        cache = None if isinstance(output, torch.Tensor) else output.get("past_key_values")
+        if isinstance(cache, EncoderDecoderCache) and cache.cross_attention_cache.get_seq_length() > 0:
+            # a returned cache has one cross-attention row per sequence, as Marian's (the beams shared one while
+            # decoding); tests/test_generation_contracts.py compares its shapes with MarianMTModel's
+            rows = cache.self_attention_cache.layers[0].keys.shape[0]
+            shared = cache.cross_attention_cache.layers[0].keys.shape[0]
+            if rows != shared and rows % shared == 0:
+                cache.cross_attention_cache.batch_repeat_interleave(rows // shared)
+        return output
 
 
 def label_smoothed_nll_loss(

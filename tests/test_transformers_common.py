@@ -94,10 +94,7 @@ class VaswaniModelTester:
             bos_token_id=self.bos_token_id,
             eos_token_id=self.eos_token_id,
             decoder_start_token_id=self.decoder_start_token_id,
-            # transformers' contract: `loss` is the cross-entropy against `labels`, which
-            # `test_encoder_decoder_loss_no_double_shift` checks; the §5.4 smoothing (default 0.1) is not that.
-            label_smoothing=0.0,
-        )
+        )  # label_smoothing stays at its default 0: `test_encoder_decoder_loss_no_double_shift` checks loss == CE
 
     def prepare_config_and_inputs(self):
         # Source: no special ids but a final </s>; the decoder side may hold any id, padding included.

@@ -51,6 +51,14 @@ wheel. This helper makes them importable without copying them into this reposito
 
 If the registry cannot be reached (or has no sdist for the installed version), :func:`load_suite`
 raises :class:`SuiteUnavailable`; the test module turns that into a loud module-level ``pytest.skip``.
+
+4. The real generation suite, by hand. The sdist lacks ``tests/generation/test_utils.py``
+   (``GenerationTesterMixin``) and ``tests/exporters/test_export.py``; a checkout of transformers'
+   repository has them, but CI cannot fetch one. ``VASWANI_UPSTREAM_TESTS=<checkout>/tests`` makes
+   :func:`load_suite` import those two modules from there instead of the stand-ins (they import each other
+   as ``tests.…``, which is aliased to the checkout while they load), so ``tests/test_transformers_common.py``
+   then runs the whole upstream ``GenerationTesterMixin`` against our model. CI runs our own equivalents
+   (tests/test_generation_contracts.py) instead.
 """
 
 from __future__ import annotations
@@ -71,6 +79,8 @@ from pathlib import Path
 
 PACKAGE = "_transformers_sdist_tests"
 CACHE_ENV = "VASWANI_TEST_CACHE"
+UPSTREAM_ENV = "VASWANI_UPSTREAM_TESTS"  # a transformers checkout's tests/ directory (point 4 above)
+UPSTREAM_MODULES = ("exporters.test_export", "generation.test_utils")  # in import order
 DOWNLOAD_TIMEOUT_S = 600
 
 # Stand-ins for the modules the sdist lacks: {module path below PACKAGE: {attribute: value}}.
@@ -214,6 +224,30 @@ def _install_stand_ins() -> None:
         vars(sys.modules[name]).update(attributes)
 
 
+def _import_upstream(upstream: Path) -> None:
+    """Import UPSTREAM_MODULES from a checkout's tests/ as submodules of PACKAGE, replacing the stand-ins."""
+    if not all((upstream / (dotted.replace(".", "/") + ".py")).is_file() for dotted in UPSTREAM_MODULES):
+        raise SuiteUnavailable(f"${UPSTREAM_ENV}={upstream} lacks one of {UPSTREAM_MODULES} (as .py files)")
+    aliased = [name for name in sys.modules if name == "tests" or name.startswith("tests.")]
+    if aliased:
+        raise SuiteUnavailable(f"cannot alias `tests` to {upstream}: {aliased[0]} is already imported")
+    try:
+        sys.modules["tests"] = sys.modules[PACKAGE]
+        for dotted in UPSTREAM_MODULES:
+            package, _, leaf = f"{PACKAGE}.{dotted}".rpartition(".")
+            spec = importlib.util.spec_from_file_location(
+                f"{package}.{leaf}", upstream / (dotted.replace(".", "/") + ".py")
+            )
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[spec.name] = sys.modules[f"tests.{dotted}"] = module
+            sys.modules[f"tests.{dotted.rpartition('.')[0]}"] = sys.modules[package]
+            setattr(sys.modules[package], leaf, module)
+            spec.loader.exec_module(module)
+    finally:
+        for name in [name for name in sys.modules if name == "tests" or name.startswith("tests.")]:
+            del sys.modules[name]
+
+
 def _import_package(tests_dir: Path) -> None:
     if PACKAGE in sys.modules:
         return
@@ -231,6 +265,8 @@ def load_suite() -> Suite:
     tests_dir = ensure_tests_dir(version)
     _import_package(tests_dir)
     _install_stand_ins()
+    if os.environ.get(UPSTREAM_ENV):
+        _import_upstream(Path(os.environ[UPSTREAM_ENV]))
     with warnings.catch_warnings():
         # The sdist's pytest markers (flash_attn_test, ...) are registered in its pyproject.toml, not here.
         with contextlib.suppress(ImportError):
