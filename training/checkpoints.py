@@ -4,8 +4,8 @@ Trainer writes a checkpoint as several files (weights, optimizer, scheduler, tra
 whatever it finds: a missing `optimizer.pt` or `scheduler.pt` silently restarts Adam and the schedule, a truncated
 file fails with a library traceback. Trainer has no notion of a complete checkpoint, so this module adds one:
 
-- `training.checkpoint_callback.CompleteCheckpointCallback` (a TrainerCallback, after every save) writes `checkpoint_complete.json` last and
-  atomically. It records the size and SHA-256 of every file of the checkpoint.
+- `CompleteCheckpointCallback` (training/checkpoint_callback.py, a TrainerCallback: after every save) writes
+  `checkpoint_complete.json` last and atomically. It records the size and SHA-256 of every file of the checkpoint.
 - `checkpoint_problems` says what is wrong with a checkpoint: no marker (a kill mid-write), a missing file, or a
   file whose size or hash differs from the record (truncated, overwritten, bit rot). Files of checkpoints written
   before the record existed are checked by reading their structure (safetensors header, torch's zip archive with
@@ -92,14 +92,15 @@ def weight_file_names(folder: Path) -> list[str]:
     return []
 
 
-def required_files(folder: Path, purpose: str, world_size: int = 1) -> list[str]:
+def required_files(folder: Path, purpose: str) -> list[str]:
     """What a checkpoint needs: for "weights" (averaging, loading) the weights and config.json; for "resume" also
-    the trainer state, optimizer, scheduler and the RNG state of every process."""
+    the trainer state, optimizer, scheduler and RNG state (`rng_state.pth`, or one `rng_state_<rank>.pth` per
+    process of a distributed run: whichever the checkpoint has, checked against the marker's record)."""
     names = weight_file_names(folder) or [WEIGHTS]
     names.append(CONFIG)
     if purpose == "resume":
         names += [TRAINER_STATE, OPTIMIZER, SCHEDULER]
-        names += ["rng_state.pth"] if world_size <= 1 else [f"rng_state_{i}.pth" for i in range(world_size)]
+        names += sorted(p.name for p in folder.glob("rng_state*.pth")) or ["rng_state.pth"]
     elif purpose != "weights":
         raise ValueError(f"purpose must be 'resume' or 'weights', got {purpose!r}")
     return names
@@ -160,7 +161,7 @@ class Problems:
         return "; ".join(parts)
 
 
-def checkpoint_problems(folder: str | os.PathLike, purpose: str = "resume", world_size: int = 1) -> Problems:
+def checkpoint_problems(folder: str | os.PathLike, purpose: str = "resume") -> Problems:
     """Check a checkpoint for `purpose` ("resume": every file Trainer restores; "weights": weights and config)."""
     folder = Path(folder)
     problems = Problems(folder)
@@ -175,7 +176,7 @@ def checkpoint_problems(folder: str | os.PathLike, purpose: str = "resume", worl
             int(content["global_step"])
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
             problems.damaged[COMPLETE_MARKER] = f"is unreadable ({e})"
-    needed = required_files(folder, purpose, world_size)
+    needed = required_files(folder, purpose)
     # with the record, every recorded file is checked as well (resume restores them all); averaging needs only some
     check = list(dict.fromkeys([*needed, *(record if purpose == "resume" else ())]))
     for name in check:
@@ -197,11 +198,11 @@ def checkpoint_problems(folder: str | os.PathLike, purpose: str = "resume", worl
     return problems
 
 
-def find_resumable(run_dir: str | os.PathLike, world_size: int = 1) -> tuple[Path | None, list[Problems]]:
+def find_resumable(run_dir: str | os.PathLike) -> tuple[Path | None, list[Problems]]:
     """The newest checkpoint that can be resumed from, and the problems of every newer one (newest first)."""
     rejected: list[Problems] = []
     for folder in reversed(checkpoint_folders(run_dir)):
-        problems = checkpoint_problems(folder, "resume", world_size)
+        problems = checkpoint_problems(folder, "resume")
         if not problems:
             return folder, rejected
         rejected.append(problems)

@@ -35,6 +35,11 @@ NETWORK_ERRORS = ("ConnectionError", "ConnectError", "ConnectTimeout", "Transpor
 HTTP_LIBRARIES = ("httpx", "httpx2", "requests", "urllib3", "aiohttp")
 
 
+def problems_message(title: str, problems: Sequence[str]) -> str:
+    """One problem as one line; several under `title`, one a line."""
+    return problems[0] if len(problems) == 1 else "\n  ".join([f"{title}:", *problems])
+
+
 def add_debug_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--debug", action="store_true", help="on an error, show the full traceback instead of one line (exit status 2)"

@@ -41,7 +41,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from training.errors import add_debug_flag, run_command
+from training.errors import add_debug_flag, problems_message, run_command
 from training.runtime import keep_freed_memory_for_reuse
 
 # torch, transformers and the metrics load inside the functions that use them: `--help` and a bad command line are
@@ -411,7 +411,7 @@ def check_arguments(args: argparse.Namespace) -> None:
     elif out.is_dir() and any(out.iterdir()) and not args.overwrite:
         problems.append(f"--output_dir {out} exists and is not empty: pass --overwrite to replace its results")
     if problems:
-        raise EvaluationError("\n  ".join(["bad arguments:", *problems]))
+        raise EvaluationError(problems_message("bad arguments", problems))
 
 
 def markdown_table(result: Mapping[str, Any], model: str, data: Mapping[str, Any]) -> str:

@@ -28,7 +28,8 @@ checkpoints, no TensorBoard logs, no optimizer state, and never a pickle file (.
 Bad input stops before any work, with the reason: a repo id the Hub would refuse, a folder that is not a model
 folder of this package (no config.json, no safetensors weights, no tokenizer, another model_type), a scores file
 without BLEU, an output folder that exists (without `--overwrite`), offline mode (HF_HUB_OFFLINE) without
-`--dry_run`.
+`--dry_run`. A Hub that cannot be reached, or that refuses the upload, is named in one line (exit status 2, as for
+every bad input; `--debug` shows the traceback).
 """
 
 from __future__ import annotations
@@ -40,16 +41,17 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-from huggingface_hub import HfApi, ModelCard, constants
+from huggingface_hub import constants
 from huggingface_hub.utils import HFValidationError, validate_repo_id
-from safetensors import safe_open
-from transformers import AutoTokenizer
 
-import modeling_vaswani
+from training.errors import add_debug_flag, is_network_error, run_command
+from training.files import follow_umask_in
 from training.model_card import TEMPLATE, CardError, parse_scores_args, render_card, weight_files
+
+if TYPE_CHECKING:  # torch and transformers load only once the arguments are parsed (a fast --help)
+    from huggingface_hub import ModelCard
 
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt", ".joblib", ".npy", ".npz")
 CODE_FILES = ("modeling_vaswani.py", "configuration_vaswani.py")
@@ -89,6 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--template", type=Path, default=TEMPLATE, help="model card template (default: model_card.md)")
     p.add_argument("--token", help="Hugging Face token (default: $HF_TOKEN or the one saved by `hf auth login`)")
     p.add_argument("--commit_message", help="the upload's commit message")
+    add_debug_flag(p)
     return p
 
 
@@ -124,6 +127,20 @@ def check_model_folder(folder: Path) -> dict[str, Any]:
     missing = [p.name for p in weight_files(folder) if not p.is_file()]
     if missing:
         raise PublishError(f"{folder}: weight shards listed in model.safetensors.index.json are missing: {missing}")
+    from safetensors import SafetensorError, safe_open
+
+    for path in weight_files(folder):
+        try:
+            with safe_open(path, framework="pt") as f:  # the header, and that it covers the file exactly
+                list(f.keys())
+        except SafetensorError as error:
+            raise PublishError(f"{path}: unreadable safetensors file ({error})") from error
+    from modeling_vaswani import VaswaniConfig
+
+    try:
+        VaswaniConfig.from_json_file(config_path)
+    except ValueError as error:  # a field of the wrong type or value
+        raise PublishError(f"{config_path}: {error}") from error
     if not any((folder / name).is_file() for name in TOKENIZER_FILES):
         raise PublishError(f"{folder} is not a model folder: no tokenizer ({' or '.join(TOKENIZER_FILES)})")
     return config
@@ -153,6 +170,8 @@ def find_pickles(folder: Path) -> list[Path]:
 
 def _same_tensors(source: Path, staged: Path) -> None:
     """Every tensor of the staged weights equals the same-named tensor of the folder's weights."""
+    import torch
+    from safetensors import safe_open
 
     def tensors(folder: Path) -> dict[str, Any]:
         out = {}
@@ -172,10 +191,20 @@ def _same_tensors(source: Path, staged: Path) -> None:
 
 def build_upload_folder(folder: Path, staging: Path, card: ModelCard) -> list[Path]:
     """Write the upload folder (README.md: `card`) and check it; returns its files."""
+    from safetensors import SafetensorError
+    from transformers import AutoTokenizer
+
+    import modeling_vaswani
+
     staging.mkdir(parents=True, exist_ok=True)
-    model, info = modeling_vaswani.VaswaniForConditionalGeneration.from_pretrained(
-        folder, dtype="auto", output_loading_info=True
-    )
+    try:
+        model, info = modeling_vaswani.VaswaniForConditionalGeneration.from_pretrained(
+            folder, dtype="auto", output_loading_info=True
+        )
+    except SafetensorError as e:
+        raise PublishError(f"{', '.join(map(str, weight_files(folder)))}: unreadable safetensors weights ({e})") from e
+    except ValueError as e:  # a bad field of config.json
+        raise PublishError(f"{folder / 'config.json'}: {e}") from e
     bad = {k: v for k, v in info.items() if k in ("missing_keys", "unexpected_keys", "mismatched_keys") and v}
     if bad:
         raise PublishError(f"{folder}: the weights do not fit the config: {bad}")
@@ -186,12 +215,15 @@ def build_upload_folder(folder: Path, staging: Path, card: ModelCard) -> list[Pa
     if (folder / CURVES).is_file():
         shutil.copyfile(folder / CURVES, staging / CURVES)
     card.save(staging / "README.md")
+    follow_umask_in(staging)  # safetensors writes 0600
     check_upload_folder(folder, staging)
     return sorted(p for p in staging.rglob("*") if p.is_file())
 
 
 def check_upload_folder(folder: Path, staging: Path) -> None:
     """What the Hub copy needs to load as remote code is there, the code is this checkout's, no pickle."""
+    import modeling_vaswani
+
     pickles = find_pickles(staging)
     if pickles:
         raise PublishError(f"the upload folder would hold pickle files, which are never published: {pickles}")
@@ -224,12 +256,28 @@ def list_folder(staging: Path, files: list[Path]) -> str:
 
 
 def push(staging: Path, repo_id: str, private: bool, token: str | None, commit_message: str) -> str:
-    """Create the repository if needed and upload the folder; returns the commit URL."""
+    """Create the repository if needed and upload the folder; returns the commit URL. PublishError in one line if
+    the Hub cannot be reached or refuses (no token, no write access, ...)."""
+    from huggingface_hub import HfApi
+    from huggingface_hub.errors import HfHubHTTPError, LocalTokenNotFoundError
+
     api = HfApi(token=token)
-    api.create_repo(repo_id=repo_id, repo_type="model", private=private, exist_ok=True)
-    commit = api.upload_folder(
-        folder_path=str(staging), repo_id=repo_id, repo_type="model", commit_message=commit_message
-    )
+    try:
+        api.create_repo(repo_id=repo_id, repo_type="model", private=private, exist_ok=True)
+        commit = api.upload_folder(
+            folder_path=str(staging), repo_id=repo_id, repo_type="model", commit_message=commit_message
+        )
+    except (HfHubHTTPError, LocalTokenNotFoundError) as error:
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise PublishError(f"the Hub ({constants.ENDPOINT}) refused {repo_id}: {first}") from error
+    except Exception as error:
+        if not is_network_error(error):
+            raise
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise PublishError(
+            f"cannot reach the Hub at {constants.ENDPOINT} ({reason}): nothing was uploaded; check the network "
+            "(the upload folder can be built offline with --dry_run)"
+        ) from error
     return str(getattr(commit, "commit_url", commit))
 
 
@@ -246,8 +294,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             raise PublishError("HF_HUB_OFFLINE is set: nothing can be uploaded (use --dry_run to build the folder)")
         out = staging_dir(args)
         card = render_card(args.folder, args.template, scores=scores, repo_id=args.repo_id)  # reads small files only
-    except (PublishError, CardError) as error:
-        parser.error(str(error))
+    except (PublishError, CardError) as error:  # one line, no usage block: the command line itself was fine
+        print(f"error: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
 
     temporary = None
     if out is None:
@@ -271,7 +320,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             print(f"dry run: nothing uploaded; without --dry_run this goes to {args.repo_id} ({visibility})")
         else:
             message = args.commit_message or f"Upload {args.folder.resolve().name} with training.publish"
-            result["url"] = push(out, args.repo_id, args.private, args.token, message)
+            try:
+                result["url"] = push(out, args.repo_id, args.private, args.token, message)
+            except PublishError as error:
+                raise SystemExit(f"publish: {error}") from error
             print(f"uploaded to https://huggingface.co/{args.repo_id}: {result['url']}")
         sys.stdout.flush()
         return result
@@ -281,4 +333,4 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    main()
+    run_command(main)

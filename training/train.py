@@ -1,6 +1,6 @@
 """Train the Transformer with the paper's recipe (§5) on transformers' Seq2SeqTrainer and Accelerate.
 
-The main command of the README, the tiny preset on the offline default corpus (TIME_PLACEHOLDER on 2 CPU cores):
+The main command of the README, the tiny preset on the offline default corpus (about 10 minutes on 2 CPU cores):
 
     python -m training.train --output_dir runs/tiny
 
@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from training.checkpoints import Problems, describe_all, find_resumable, move_aside
-from training.errors import add_debug_flag, run_command
+from training.errors import add_debug_flag, problems_message, run_command
 from training.files import follow_umask
 
 DEFAULT_RECIPE = "configuration/recipe_tiny.json"
@@ -171,7 +171,7 @@ def resolve_settings(args: argparse.Namespace) -> dict[str, Any]:
         if key in s and (not isinstance(s[key], int | float) or isinstance(s[key], bool)):
             problems.append(f"{key} must be a number, got {s[key]!r}")
     if problems:  # the checks below compare numbers
-        raise SystemExit("bad settings:\n  " + "\n  ".join(problems))
+        raise SystemExit(problems_message("bad settings", problems))
     world = int(os.environ.get("WORLD_SIZE", "1"))
     per_micro_step = s["max_tokens_per_step"] // (world * s["gradient_accumulation_steps"])
     if per_micro_step < s["max_length"]:
@@ -201,7 +201,7 @@ def resolve_settings(args: argparse.Namespace) -> dict[str, Any]:
     else:
         problems += model_config_problems(Path(s["model_config"]))
     if problems:
-        raise SystemExit("bad settings:\n  " + "\n  ".join(problems))
+        raise SystemExit(problems_message("bad settings", problems))
     return s
 
 
@@ -358,7 +358,7 @@ def build_trainer(s: dict[str, Any], state, raw, out: Path, use_cpu: bool):
     if any(a != b for a, b in special.values()):
         raise SystemExit(f"the tokenizer's special ids differ from the model config's: {special}")
     torch.manual_seed(s["seed"])
-    model = modeling_vaswani.VaswaniForConditionalGeneration(config)
+    model = modeling_vaswani.VaswaniForConditionalGeneration(config).use_paper_decoding()  # §6.1, saved with it
 
     # transformers 5 takes TensorBoard's folder from the environment; a user's own setting wins
     os.environ["TENSORBOARD_LOGGING_DIR"] = USER_TENSORBOARD_DIR or str(out / "tensorboard")

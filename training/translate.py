@@ -30,7 +30,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from training.errors import add_debug_flag, run_command
+from training.errors import add_debug_flag, problems_message, run_command
 from training.evaluate import (
     DEFAULT_MAX_TOKENS,
     EvaluationError,
@@ -40,6 +40,7 @@ from training.evaluate import (
     load_model,
     translate_batched,
 )
+from training.files import follow_umask
 from training.runtime import keep_freed_memory_for_reuse
 
 DEFAULT_MAX_SOURCE_TOKENS = 256
@@ -118,7 +119,7 @@ def check_arguments(args: argparse.Namespace) -> None:
         elif args.output.exists() and args.output.stat().st_size > 0 and not args.overwrite:
             problems.append(f"--output {args.output} exists and is not empty: pass --overwrite to replace it")
     if problems:
-        raise EvaluationError("\n  ".join(["bad arguments:", *problems]))
+        raise EvaluationError(problems_message("bad arguments", problems))
 
 
 def write_output(text: str, output: Path | None) -> None:
@@ -132,6 +133,7 @@ def write_output(text: str, output: Path | None) -> None:
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
+        follow_umask([tmp])  # mkstemp makes it 0600
         os.replace(tmp, output)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
