@@ -6,9 +6,10 @@ Transformer and most later code are pre-norm; this model is not). Positions are 
 sinusoids of §3.5, computed for any length and never stored. One embedding matrix serves the encoder
 input, the decoder input and the pre-softmax linear (§3.4), scaled by √d_model on input.
 
-Decoding defaults to §6.1: beam size 4, the GNMT length penalty lp(Y) = ((5 + |Y|) / 6)^α with α = 0.6,
-and at most |source| + 50 output tokens per sentence. transformers' own rule (score / |Y|^α) stays
-available with `length_penalty_rule="transformers"`.
+Decoding as §6.1 (`use_paper_decoding()`, set on every model training/train.py trains and saved with it): beam size 4,
+the GNMT length penalty lp(Y) = ((5 + |Y|) / 6)^α with α = 0.6, and at most |source| + 50 output tokens per
+sentence. transformers' own rule (score / |Y|^α) stays available with `length_penalty_rule="transformers"`. A model
+built from a config alone starts, like every transformers model, from transformers' default generation config.
 
 This file travels to the Hub as remote code with `configuration_vaswani.py` and `generation_vaswani.py`, which it
 imports relatively (transformers' remote-code loader copies and loads relative imports along).
@@ -46,6 +47,7 @@ from .generation_vaswani import SourceLengthCriteria, decode, gnmt_length_penalt
 
 logger = logging.get_logger(__name__)
 
+NEUTRAL_GENERATION = {"length_penalty_rule": "transformers", "max_length_over_source": None}
 PAPER_GENERATION = {  # §6.1: "beam search with a beam size of 4 and length penalty α = 0.6"
     "num_beams": 4,
     "length_penalty": 0.6,
@@ -654,8 +656,18 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
         self.lm_head = VaswaniLinear(config.d_model, config.vocab_size, bias=False)  # no logits bias in the paper
         self.lm_head.onednn_training = False  # (tokens × vocab) products: MKL's is faster with autograd
         self.post_init()
+        # transformers' defaults, plus this model's two entries at values that change nothing (so generate() accepts
+        # them as arguments); `use_paper_decoding()` sets §6.1's
+        self.generation_config.update(**NEUTRAL_GENERATION, allow_custom_entries=True)
+        self.generation_config._from_model_config = False  # else from_pretrained drops the custom entries
+
+    def use_paper_decoding(self) -> "VaswaniForConditionalGeneration":
+        """§6.1's decoding as this model's default: beam 4, GNMT α = 0.6, |source| + 50, beam search run to the end.
+
+        Kept in `generation_config.json` when saved. A model built from a config alone has transformers' defaults
+        (greedy), as every transformers model, so transformers' own generation tests hold for it."""
         self.generation_config.update(**PAPER_GENERATION, allow_custom_entries=True)
-        self.generation_config._from_model_config = False  # else from_pretrained drops the custom entries above
+        return self
 
     def get_output_embeddings(self) -> nn.Linear:
         return self.lm_head
@@ -759,14 +771,15 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
             # generate() would hand the streamer the prompt with one row per beam; decode streams one per source
             kwargs["token_streamer"] = kwargs.pop("streamer", None)
         output = super().generate(inputs, generation_config, **kwargs)
-        cache = None if isinstance(output, torch.Tensor) else output.get("past_key_values")
-        if isinstance(cache, EncoderDecoderCache) and cache.cross_attention_cache.get_seq_length() > 0:
+        cache = None if isinstance(output, torch.Tensor) else getattr(output, "past_key_values", None)
+        cross = cache.cross_attention_cache if isinstance(cache, EncoderDecoderCache) else None
+        if type(cross) is DynamicCache and cross.get_seq_length() > 0:
             # a returned cache has one cross-attention row per sequence, as Marian's (the beams shared one while
             # decoding); tests/test_generation_contracts.py compares its shapes with MarianMTModel's
             rows = cache.self_attention_cache.layers[0].keys.shape[0]
-            shared = cache.cross_attention_cache.layers[0].keys.shape[0]
+            shared = cross.layers[0].keys.shape[0]
             if rows != shared and rows % shared == 0:
-                cache.cross_attention_cache.batch_repeat_interleave(rows // shared)
+                cross.batch_repeat_interleave(rows // shared)
         return output
 
 

@@ -80,7 +80,7 @@ def reference_loop(model, input_ids, logits_processor, stopping_criteria, genera
 @pytest.fixture(scope="module")
 def models(one_thread, trained) -> tuple[VaswaniForConditionalGeneration, Reference]:
     """test_generation's half-trained reverser (outputs of varied length), and its reference twin."""
-    reference = Reference(trained.config).eval()
+    reference = Reference(trained.config).use_paper_decoding().eval()
     reference.load_state_dict(trained.state_dict())
     return trained, reference
 

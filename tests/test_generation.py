@@ -4,7 +4,7 @@ import math
 
 import pytest
 import torch
-from transformers import LogitsProcessor, LogitsProcessorList
+from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
 
 from modeling_vaswani import VaswaniConfig, VaswaniForConditionalGeneration, gnmt_length_penalty
 
@@ -30,7 +30,7 @@ def trained() -> VaswaniForConditionalGeneration:
         opt.zero_grad()
         loss.backward()
         opt.step()
-    return model.eval()
+    return model.use_paper_decoding().eval()  # §6.1 decoding, as training/train.py sets it
 
 
 def batch(seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
@@ -42,10 +42,21 @@ def batch(seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
     return ids, mask
 
 
-def test_default_generation_config_is_the_papers():
-    gen = make_model().generation_config
+def test_paper_generation_config_is_set_on_request_and_saved(tmp_path):
+    """A model from a config alone starts from transformers' defaults, as MarianMTModel does (transformers' own
+    generation tests assume them); `use_paper_decoding()` sets §6.1's, and they travel with the saved folder."""
+    fresh, default = make_model().generation_config, GenerationConfig()
+    for key in ("num_beams", "do_sample", "length_penalty", "early_stopping", "max_length", "max_new_tokens"):
+        assert getattr(fresh, key) == getattr(default, key), key
+    assert fresh.length_penalty_rule == "transformers" and fresh.max_length_over_source is None  # change nothing
+    model = make_model().use_paper_decoding()
+    gen = model.generation_config
     assert (gen.num_beams, gen.length_penalty, gen.length_penalty_rule) == (4, 0.6, "gnmt")
     assert gen.max_length_over_source == 50 and gen.early_stopping == "never"
+    model.save_pretrained(tmp_path)
+    loaded = VaswaniForConditionalGeneration.from_pretrained(tmp_path).generation_config
+    assert (loaded.num_beams, loaded.length_penalty, loaded.length_penalty_rule) == (4, 0.6, "gnmt")
+    assert loaded.max_length_over_source == 50 and loaded.early_stopping == "never"
 
 
 @pytest.mark.parametrize(
@@ -129,7 +140,7 @@ def test_beam_search_applies_the_chosen_length_penalty(rule):
     best = max(by_hand, key=by_hand.get)
     assert best == ((A, EOS) if rule == "gnmt" else (B, B, B, EOS))  # the case really separates the rules
 
-    model = make_model()
+    model = make_model().use_paper_decoding()  # beam 4, α = 0.6
     ids, mask = batch()
     out = model.generate(
         input_ids=ids[:1],
@@ -147,7 +158,7 @@ def test_beam_search_applies_the_chosen_length_penalty(rule):
 
 def test_plain_generate_uses_the_paper_rule():
     """`model.generate(**inputs)` with no decoding arguments gives the GNMT choice."""
-    model, (ids, mask) = make_model(), batch()
+    model, (ids, mask) = make_model().use_paper_decoding(), batch()
     out = model.generate(
         input_ids=ids[:1],
         attention_mask=mask[:1],
@@ -159,7 +170,7 @@ def test_plain_generate_uses_the_paper_rule():
 @pytest.mark.parametrize("num_beams", [1, 4])
 def test_maximum_output_length_is_source_length_plus_50(num_beams):
     """§6.1: "maximum output length ... input length + 50", per sentence (EOS suppressed so no row ends early)."""
-    model, (ids, mask) = make_model(), batch()
+    model, (ids, mask) = make_model().use_paper_decoding(), batch()
     out = model.generate(input_ids=ids, attention_mask=mask, num_beams=num_beams, suppress_tokens=[EOS])
     lengths = out[:, 1:].ne(PAD).sum(-1)  # finished rows are filled with pad
     assert lengths.tolist() == [9 + 50, 6 + 50, 3 + 50]
@@ -167,7 +178,7 @@ def test_maximum_output_length_is_source_length_plus_50(num_beams):
 
 
 def test_explicit_length_arguments_override_the_source_rule():
-    model, (ids, mask) = make_model(), batch()
+    model, (ids, mask) = make_model().use_paper_decoding(), batch()
     out = model.generate(input_ids=ids, attention_mask=mask, num_beams=1, suppress_tokens=[EOS], max_new_tokens=5)
     assert out.shape[1] == 6 and out[:, 1:].ne(PAD).all()
     out = model.generate(

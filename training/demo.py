@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> None:
 
     torch.manual_seed(args.seed)
     config = modeling_vaswani.VaswaniConfig.from_json_file(args.config)
-    model = modeling_vaswani.VaswaniForConditionalGeneration(config).eval()
+    model = modeling_vaswani.VaswaniForConditionalGeneration(config).use_paper_decoding().eval()
     n_params = sum(p.numel() for p in model.parameters())
     print(
         f"built {args.config}: d_model={config.d_model} N={config.encoder_layers} h={config.h} "
