@@ -3,7 +3,10 @@
 Every system produces exactly `--new_tokens` tokens per sentence (min = max new tokens), from the same random
 sources of `--source_len` tokens, so they all do the same work; new tokens/s = batch × new_tokens / median time.
 The Marian twin is `MarianMTModel` with our weights copied (benchmarks/twins.py); CTranslate2 (the optional
-`bench` extra) is converted from that twin, in float32 and int8 on CPU, in bfloat16 / int8_bfloat16 on GPU.
+`bench` extra) gets the same weights through training/export.py's converter, in float32 and int8 on CPU, in
+bfloat16 / int8_bfloat16 on GPU. On CPU, `--systems ...,onnx-float32,onnx-int8` (the `export` extra) adds this
+model exported to ONNX by training/export.py and run by ONNX Runtime, int8 by its dynamic quantization, inside the
+same generate() loop.
 Our model runs as loaded (sdpa; on CPU the oneDNN linear kernel) and, on CPU, with the opt-in int8 kernel and
 with torch's default kernel ("aten") to show what the kernel choice buys. Ratios are taken within one run.
 
@@ -52,7 +55,7 @@ CPU_SYSTEMS = ("ours", "ours-int8", "ours-aten", "marian", "ct2-float32", "ct2-i
 GPU_SYSTEMS = ("ours", "ours-static", "marian", "marian-static", "ct2-bfloat16", "ct2-int8_bfloat16")
 # "-static": generate(cache_implementation="static"); on CUDA transformers then compiles each decoding step
 # (CUDA graphs). Both systems get it. On CPU they run uncompiled: allowed there only to test the path.
-EXTRA_CPU = ("ours-static", "marian-static")
+EXTRA_CPU = ("ours-static", "marian-static", "onnx-float32", "onnx-int8")
 REAL_SYSTEMS = ("ours", "ours-int8", "marian", "ct2-float32", "ct2-int8")
 REAL_COLUMNS = ["system", "wall_s", "new_tokens_per_s", "vs_ct2", "forward_calls", "rows_per_sentence",
                 "rows_per_new_token", "bleu"]  # fmt: skip
@@ -182,6 +185,25 @@ def ct2_decode(translator, src: torch.Tensor, beams: int, new_tokens: int):
     )
 
 
+def onnx_model(ours, quantization: str, threads: int | None):
+    """`ours` exported to ONNX (training/export.py; int8: onnxruntime dynamic quantization), its generate() running
+    the programs in ONNX Runtime with `threads` intra-op threads; None when the `export` extra is missing."""
+    from training.export import ExportedForGeneration, ExportError, check_format, export_programs
+
+    quantization = None if quantization == "float32" else quantization
+    try:
+        check_format("onnx", quantization)
+    except ExportError as e:
+        print(f"{e}: skipped", file=sys.stderr)
+        return None
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = threads or torch.get_num_threads()
+    exported = export_programs(ours, "onnx", quantization, log=lambda message: None)
+    return ExportedForGeneration.from_export(exported.to(session_options=options))
+
+
 def speed_rows(args, device, env) -> list[dict]:
     config = load_config(args)
     size = sizes(args, device)
@@ -198,14 +220,19 @@ def speed_rows(args, device, env) -> list[dict]:
             )
             if translators[system] is None:
                 print(f"ctranslate2 is not installed: {system} skipped (pip install -e '.[bench]')", file=sys.stderr)
+        if system.startswith("onnx-"):
+            translators[system] = onnx_model(ours, system[5:], args.threads)
     rows = []
     jobs = [(mode, system) for mode in args.modes for system in args.systems if translators.get(system, 1)]
+    jobs = [(m, s) for m, s in jobs if not (m == "beam4" and s.startswith("onnx-"))]  # greedy only: training/export.py
     for mode, system in tqdm(jobs, desc="generate benchmark", unit="run", file=sys.stderr):
         beams, batch = (4 if mode == "beam4" else 1), size[mode]
         g = torch.Generator().manual_seed(1)
         src = torch.randint(4, config.vocab_size, (batch, size["source_len"]), generator=g).to(device)
         if system.startswith("ct2-"):
             run = ct2_decode(translators[system], src, beams, size["new_tokens"])
+        elif system.startswith("onnx-"):
+            run = hf_decode(translators[system], src, beams, size["new_tokens"])
         else:
             model = twin if system.startswith("marian") else ours
             if system.startswith("ours") and device.type == "cpu":

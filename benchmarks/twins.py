@@ -1,13 +1,11 @@
 """The systems the benchmarks compare against: a transformers `MarianMTModel` configured as this model's twin, and
-CTranslate2 converted from that twin.
+CTranslate2 converted from this model by training/export.py.
 
 The twin is the same network (ReLU, post-norm, sinusoids, √d_model-scaled tied embeddings, same sizes and dropout)
 and, after `copy_weights`, the same function: our interleaved sinusoids are written into its position table, so
-both give the same logits (a test checks it). CTranslate2 converts the twin with its own Marian converter, so all
-three systems decode one model.
+both give the same logits (a test checks it). CTranslate2 gets the same weights through training/export.py's
+converter, so all three systems decode one model.
 """
-
-import tempfile
 
 import torch
 from transformers import MarianConfig, MarianMTModel
@@ -48,6 +46,7 @@ def marian_twin(model: VaswaniForConditionalGeneration, max_positions: int = 102
     """A MarianMTModel computing the same function as `model` (weights copied), on the same device and dtype."""
     twin = MarianMTModel(marian_twin_config(model.config, max_positions))
     copy_weights(model, twin)
+    twin.__dict__["vaswani_source"] = model  # not a submodule: `ctranslate2_translator(twin)` converts the source
     return twin.to(device=model.device, dtype=model.dtype).train(model.training)
 
 
@@ -91,10 +90,11 @@ def token_ids(tokens) -> list[int]:
     return [inverse[t] if t in inverse else int(t) for t in tokens]
 
 
-class _IdVocabulary:
-    """What CTranslate2's loaders read from a tokenizer, for a vocabulary of bare ids (the benchmarks need no text)."""
+class IdVocabulary:
+    """What CTranslate2's conversion reads from a tokenizer, for a vocabulary of bare ids (the benchmarks need no
+    text): token i is `id_tokens([i])[0]`."""
 
-    def __init__(self, config: MarianConfig):
+    def __init__(self, config):
         self.size = config.vocab_size
         self.bos_token, self.eos_token, self.unk_token = "<s>", "</s>", "<unk>"
 
@@ -105,31 +105,22 @@ class _IdVocabulary:
         return id_tokens([i])[0]
 
 
-def ctranslate2_translator(twin: MarianMTModel, quantization: str = "float32", threads: int = 0, device: str = "cpu"):
-    """A `ctranslate2.Translator` converted from the Marian twin; `quantization` "float32", "int8", "bfloat16" ...
-
-    CTranslate2's own Marian loader assumes Marian's convention (decoding starts from a zero embedding, <pad> last);
-    this model starts from a real <s> embedding, so the twin goes through its BART loader (the same post-norm
-    Transformer layout, no embedding LayerNorm), which keeps `decoder_start_token_id`. Returns None when
-    ctranslate2 is not installed (the optional `bench` extra).
-    """
+def ctranslate2_translator(
+    model: VaswaniForConditionalGeneration, quantization: str = "float32", threads: int = 0, device: str = "cpu"
+):
+    """A `ctranslate2.Translator` of `model` through training/export.py's converter, over the bare-id vocabulary
+    (`id_tokens`); `quantization` "float32", "int8", "bfloat16" ... A twin from `marian_twin` stands for the model
+    it was copied from. Returns None when ctranslate2 is not installed (the optional `bench` extra)."""
+    model = model.__dict__.get("vaswani_source", model)
+    if not isinstance(model, VaswaniForConditionalGeneration):
+        raise TypeError(f"ctranslate2_translator converts this model or its marian_twin, not a {type(model).__name__}")
     try:
-        import ctranslate2
-        from ctranslate2.converters.transformers import BartLoader
+        import ctranslate2  # noqa: F401
     except ImportError:
         return None
+    from training.export import ctranslate2_translator as translator
 
-    class TwinConverter(ctranslate2.converters.Converter):
-        def _load(self):
-            twin.config.normalize_before = False  # post-norm (§3.1)
-            twin.config.normalize_embedding = False  # no LayerNorm on the embeddings
-            return BartLoader()(twin.float(), _IdVocabulary(twin.config))
-
-    with tempfile.TemporaryDirectory() as tmp:
-        TwinConverter().convert(tmp, quantization=None if quantization == "float32" else quantization, force=True)
-        return ctranslate2.Translator(
-            tmp, device=device, compute_type=quantization, inter_threads=1, intra_threads=threads
-        )
+    return translator(model, IdVocabulary(model.config), quantization, threads=threads, device=device)
 
 
 def model_flops_per_token(config: VaswaniConfig, source_len: float, target_len: float) -> dict[str, float]:
