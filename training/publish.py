@@ -1,9 +1,9 @@
-"""Publish a model folder to the Hugging Face Hub: weights, config with `auto_map`, the two code files, tokenizer,
+"""Publish a model folder to the Hugging Face Hub: weights, config with `auto_map`, the three code files, tokenizer,
 generation config, the model card (README.md, rendered from model_card.md) and the training-curve plot.
 
 The upload folder is built first, in full, and checked: model.safetensors (re-saved through
 `save_pretrained`, tensors checked equal to the folder's), config.json with `auto_map` and `custom_pipelines`,
-`modeling_vaswani.py` + `configuration_vaswani.py` of this checkout (so the Hub copy loads with
+the three `*_vaswani.py` code files of this checkout (so the Hub copy loads with
 `trust_remote_code=True` where this package is not installed), generation_config.json (the folder's, unchanged),
 the tokenizer (tokenizer.json, tokenizer_config.json), README.md and training_curves.png. Nothing else: no
 checkpoints, no TensorBoard logs, no optimizer state, and never a pickle file (.bin, .pt, .pth, .pkl, ...).
@@ -54,7 +54,7 @@ if TYPE_CHECKING:  # torch and transformers load only once the arguments are par
     from huggingface_hub import ModelCard
 
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt", ".joblib", ".npy", ".npz")
-CODE_FILES = ("modeling_vaswani.py", "configuration_vaswani.py")
+CODE_FILES = ("modeling_vaswani.py", "configuration_vaswani.py", "generation_vaswani.py")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 AUTO_MAP_KEYS = ("AutoConfig", "AutoModel", "AutoModelForSeq2SeqLM")
 CURVES = "training_curves.png"
