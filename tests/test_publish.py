@@ -39,6 +39,7 @@ UPLOAD_FILES = {
     "config.json",
     "configuration_vaswani.py",
     "modeling_vaswani.py",
+    "generation_vaswani.py",
     "generation_config.json",
     "model.safetensors",
     "tokenizer.json",
@@ -147,7 +148,7 @@ def test_dry_run_writes_exactly_the_upload_folder(model_folder, dry_run):
     assert not [f for f in files if Path(f).suffix in PICKLE_SUFFIXES]
     for name in UPLOAD_FILES:  # the listing names every file with its size
         assert f"{name} " in printed and f"{(out / name).stat().st_size:,} bytes" in printed
-    for name in ("modeling_vaswani.py", "configuration_vaswani.py"):
+    for name in ("modeling_vaswani.py", "configuration_vaswani.py", "generation_vaswani.py"):
         assert filecmp.cmp(out / name, PACKAGE_DIR / name, shallow=False), f"{name} is not this checkout's"
     config = json.loads((out / "config.json").read_text())
     assert config["model_type"] == "vaswani"

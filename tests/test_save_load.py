@@ -73,6 +73,7 @@ def test_save_writes_safetensors_config_generation_config_and_code(saved):
         "generation_config.json",
         "modeling_vaswani.py",
         "configuration_vaswani.py",
+        "generation_vaswani.py",
     } <= files
     assert not [p for p in saved.rglob("*") if p.suffix in PICKLE_SUFFIXES]
     config = json.loads((saved / "config.json").read_text())
@@ -82,7 +83,7 @@ def test_save_writes_safetensors_config_generation_config_and_code(saved):
         "AutoModel": "modeling_vaswani.VaswaniModel",
         "AutoModelForSeq2SeqLM": "modeling_vaswani.VaswaniForConditionalGeneration",
     }
-    for name in ("modeling_vaswani.py", "configuration_vaswani.py"):
+    for name in ("modeling_vaswani.py", "configuration_vaswani.py", "generation_vaswani.py"):
         assert filecmp.cmp(saved / name, PACKAGE_DIR / name, shallow=False), f"{name} is not a copy of ours"
     generation = json.loads((saved / "generation_config.json").read_text())
     assert generation["num_beams"] == 4
