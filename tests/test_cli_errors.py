@@ -90,7 +90,7 @@ def test_help_is_answered_before_torch_or_transformers_load(command):
 def test_train_help_shows_the_recipe_defaults():
     text = train.build_parser().format_help()
     squashed = " ".join(text.split())
-    assert "optimizer steps (paper: 100,000) [default: 1,500, from recipe_tiny.json]" in squashed
+    assert "optimizer steps (paper: 100,000) [default: 2,000, from recipe_tiny.json]" in squashed
     assert "[default: 0.1, from recipe_tiny.json]" in squashed  # label_smoothing
     base = " ".join(train.build_parser("configuration/recipe_base.json").format_help().split())
     assert "optimizer steps (paper: 100,000) [default: 100,000, from recipe_base.json]" in base
