@@ -127,7 +127,6 @@ class VaswaniConfig(PreTrainedConfig):
                 raise ValueError(f"VaswaniConfig.{name} must be in [0, vocab_size={self.vocab_size}), got {value!r}")
 
 
-
 class ConfigFieldTypeError(StrictDataclassFieldValidationError, ValueError):
     """A config field of the wrong type, e.g. `"vocab_size": "1000"` in config.json. Raised where `@strict` raises
     StrictDataclassFieldValidationError (still caught as that), and also a ValueError like every other bad value."""

@@ -171,7 +171,10 @@ class _Batch:
         self.cache = model_kwargs.pop(cache_key, None)
         self.use_cache = model_kwargs.pop("use_cache", True) and self.cache is not None
         self.past = self.cache.get_seq_length() if self.cache is not None else 0
-        for key in ("labels", "next_sequence_length"):  # never forwarded, as transformers' prepare_inputs_for_generation
+        for key in (
+            "labels",
+            "next_sequence_length",
+        ):  # never forwarded, as transformers' prepare_inputs_for_generation
             model_kwargs.pop(key, None)  # (Seq2SeqTrainer's evaluation passes `labels` to generate())
         self.extra = model_kwargs  # output_attentions / output_hidden_states, or whatever the caller added
 

@@ -319,7 +319,8 @@ class VaswaniAttention(nn.Module):
                     cache.is_updated[self.layer_idx] = True
 
         group = B // k.shape[0]  # > 1: the beams (or samples) of a source share its cross-attention keys/values
-        # traced (torch.export, compile): always grouped, so one graph serves any group, 1 included (training/export.py)
+        # traced (torch.export, compile): the grouped layout even for g = 1, so the traced program branches on no group
+        # size; exported programs still hold the encoder batch equal to the decoder's (greedy only, training/export.py)
         grouped = is_cross and (group > 1 or is_torchdynamo_compiling())
         if grouped:  # their queries become extra query positions of that source: (B/g, h, g·T_q, d_k)
             q = q.view(k.shape[0], group, self.h, T, self.d_k).transpose(1, 2).reshape(k.shape[0], self.h, -1, self.d_k)
