@@ -190,7 +190,7 @@ def test_continuing_from_a_returned_cache_equals_one_call(pair, masked_prompt):
         first = model.generate(**inputs, **settings, max_new_tokens=3)
         grown = F.pad(decoder_mask, (0, first.sequences.shape[1] - decoder_mask.shape[1]), value=1)
         inputs.update(decoder_input_ids=first.sequences, decoder_attention_mask=grown)
-        second = model.generate(**inputs, **settings, max_new_tokens=1, past_key_values=first.past_key_values)
+        second = model.generate(**inputs, **settings, max_new_tokens=1, cache=first.past_key_values)
         second.scores = first.scores + second.scores
         routes[type(model).__name__] = (one, second)
     (ours_one, ours_two), (marian_one, marian_two) = routes["VaswaniForConditionalGeneration"], routes["MarianMTModel"]
