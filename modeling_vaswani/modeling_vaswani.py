@@ -765,8 +765,6 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
             criteria = StoppingCriteriaList(kwargs.get("stopping_criteria") or [])
             criteria.append(SourceLengthCriteria(source_len + extra))
             kwargs["stopping_criteria"] = criteria
-        # encoder_hidden_states/encoder_attentions in a dict output keep one row per source, as Marian's do
-        # (tests/test_generation_contracts.py compares every field's shape with MarianMTModel's)
         if uses_decode(config, kwargs):
             kwargs["custom_generate"] = decode
             # generate() would hand the streamer the prompt with one row per beam; decode streams one per source
@@ -776,7 +774,8 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
         cross = cache.cross_attention_cache if isinstance(cache, EncoderDecoderCache) else None
         if type(cross) is DynamicCache and cross.get_seq_length() > 0:
             # a returned cache has one cross-attention row per sequence, as Marian's (the beams shared one while
-            # decoding); tests/test_generation_contracts.py compares its shapes with MarianMTModel's
+            # decoding); encoder outputs stay one row per source, as Marian's too. tests/test_generation_contracts.py
+            # compares every output field's shape with MarianMTModel's
             rows = cache.self_attention_cache.layers[0].keys.shape[0]
             shared = cross.layers[0].keys.shape[0]
             if rows != shared and rows % shared == 0:
