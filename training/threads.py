@@ -1,0 +1,52 @@
+"""OpenMP's wait policy for our commands, set before torch loads: measured, not believed (benchmarks/load.py).
+
+torch's CPU build runs its parallel regions on libgomp, whose idle threads spin before they sleep. On an idle machine
+that spinning buys little; beside one other busy process it costs several times over, because the spinning thread
+holds the core its descheduled partner needs (measured on 2 cores: a training step 2.6× slower beside a busy Python
+loop and 20× beside another torch job; beam search 2.7× and 29×). OMP_WAIT_POLICY=PASSIVE (threads sleep at once)
+keeps both within 1.6× under load at a cost within the idle runs' spread. The results are in
+benchmarks/results/load-*.md; tests/test_threads.py checks when the defaults apply.
+
+`python -m training.<command>` applies them from training/__init__.py, before any module imports torch. A user's
+own OMP_WAIT_POLICY or GOMP_SPINCOUNT wins; VASWANI_NO_THREAD_DEFAULTS=1 turns ours off. Importing `training` from
+other code (a notebook, a test) never changes the environment.
+"""
+
+import os
+import sys
+
+OFF_SWITCH = "VASWANI_NO_THREAD_DEFAULTS"
+
+
+def command_defaults(cpu_count: int) -> dict[str, str]:
+    """The environment our commands add: OpenMP threads sleep as soon as they are idle (see the module docstring)."""
+    if cpu_count <= 1:  # one thread: no parallel region to wait in
+        return {}
+    return {"OMP_WAIT_POLICY": "PASSIVE"}
+
+
+def started_as_command(orig_argv: list[str] | None = None) -> bool:
+    """True when this interpreter was started as `python -m training.<command>`."""
+    argv = list(sys.orig_argv if orig_argv is None else orig_argv)[1:]
+    while argv and argv[0].startswith("-") and argv[0] not in ("-m", "-c", "-"):  # the interpreter's own options
+        option = argv.pop(0)
+        if option in ("-W", "-X", "--check-hash-based-pycs") and argv:  # options whose value is a separate word
+            argv.pop(0)
+    return len(argv) >= 2 and argv[0] == "-m" and argv[1].startswith("training.")
+
+
+def apply_command_defaults(orig_argv: list[str] | None = None) -> dict[str, str]:
+    """Put `command_defaults` into os.environ when started as a command and torch is not loaded yet; returns what
+    was set. Variables the user set already are kept, as is everything when the off switch is on."""
+    if os.environ.get(OFF_SWITCH) == "1" or "torch" in sys.modules or not started_as_command(orig_argv):
+        return {}
+    if "OMP_WAIT_POLICY" in os.environ or "GOMP_SPINCOUNT" in os.environ:  # the user chose how threads wait
+        return {}
+    applied = command_defaults(os.cpu_count() or 1)
+    os.environ.update(applied)
+    return applied
+
+
+if __name__ == "__main__":  # `python -m training.threads`: the wait settings a command started like this runs with
+    for name in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "OMP_NUM_THREADS"):
+        print(f"{name}={os.environ.get(name, '')}")
