@@ -3,7 +3,8 @@ thread and OpenMP wait settings that decide how torch behaves on a shared machin
 
     # seconds: one setting, idle and beside a busy Python process, 2 timed calls each
     python -m benchmarks.load --smoke
-    # the CPU run (about 8 minutes on 2 cores; run it alone: every cell starts its own processes)
+    # the CPU run: 2 workloads × 4 settings × 4 loads, ~10 minutes on 2 cores; run it alone (each cell starts its own
+    # processes), one workload at a time if you must share the machine
     python -m benchmarks.load
     # a subset
     python -m benchmarks.load --workloads train --settings torch-default,commands --loads idle,torch
@@ -45,6 +46,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SETTINGS = {
     "torch-default": {},
     "passive": {"OMP_WAIT_POLICY": "PASSIVE"},
+    "spin-1k": {"GOMP_SPINCOUNT": "1000"},
     "spin-10k": {"GOMP_SPINCOUNT": "10000"},
     "spin-100k": {"GOMP_SPINCOUNT": "100000"},
     "1-thread": {"OMP_NUM_THREADS": "1"},
@@ -165,7 +167,9 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter
     )
     parser.add_argument("--workloads", default=",".join(WORKLOADS), help=f"comma-separated, of {WORKLOADS}")
-    parser.add_argument("--settings", default=",".join(SETTINGS), help=f"comma-separated, of {tuple(SETTINGS)}")
+    parser.add_argument(
+        "--settings", default="torch-default,passive,commands,1-thread", help=f"comma-separated, of {tuple(SETTINGS)}"
+    )
     parser.add_argument("--loads", default=",".join(LOADS), help=f"comma-separated, of {LOADS}")
     parser.add_argument("--seconds", type=float, default=8.0, help="timed seconds per cell (default 8)")
     parser.add_argument("--warmup", type=int, default=2, help="untimed calls first (default 2)")

@@ -22,21 +22,21 @@ def run_threads_command(**extra: str) -> dict[str, str]:
 
 def test_a_command_starts_with_the_measured_defaults():
     settings = run_threads_command()
-    expected = command_defaults(os.cpu_count() or 1).get("OMP_WAIT_POLICY", "")
-    assert settings["OMP_WAIT_POLICY"] == expected
-    assert command_defaults(2) == {"OMP_WAIT_POLICY": "PASSIVE"}  # the measured choice (benchmarks/results/load-*)
+    expected = command_defaults(os.cpu_count() or 1).get("GOMP_SPINCOUNT", "")
+    assert settings["GOMP_SPINCOUNT"] == expected and settings["OMP_WAIT_POLICY"] == ""
+    assert command_defaults(2) == {"GOMP_SPINCOUNT": "1000"}  # the measured choice (benchmarks/results/load-*)
     assert command_defaults(1) == {}
 
 
 def test_the_users_settings_win_and_the_switch_turns_ours_off():
-    assert run_threads_command(OMP_WAIT_POLICY="ACTIVE")["OMP_WAIT_POLICY"] == "ACTIVE"
-    spin = run_threads_command(GOMP_SPINCOUNT="5000")
-    assert spin["GOMP_SPINCOUNT"] == "5000" and spin["OMP_WAIT_POLICY"] == ""
-    assert run_threads_command(**{OFF_SWITCH: "1"})["OMP_WAIT_POLICY"] == ""
+    active = run_threads_command(OMP_WAIT_POLICY="ACTIVE")
+    assert active["OMP_WAIT_POLICY"] == "ACTIVE" and active["GOMP_SPINCOUNT"] == ""
+    assert run_threads_command(GOMP_SPINCOUNT="5000")["GOMP_SPINCOUNT"] == "5000"
+    assert run_threads_command(**{OFF_SWITCH: "1"})["GOMP_SPINCOUNT"] == ""
 
 
 def test_importing_the_package_from_other_code_changes_nothing():
-    code = "import training, torch, os; print(os.environ.get('OMP_WAIT_POLICY'), torch.get_num_threads())"
+    code = "import training, torch, os; print(os.environ.get('GOMP_SPINCOUNT'), torch.get_num_threads())"
     env = {k: v for k, v in os.environ.items() if k not in WAIT_VARS}
     plain = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, check=True)
     assert plain.stdout.split()[0] == "None"

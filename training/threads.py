@@ -3,9 +3,12 @@
 torch's CPU build runs its parallel regions on libgomp, whose idle threads spin before they sleep. On an idle machine
 that spinning buys little; beside one other busy process it costs several times over, because the spinning thread
 holds the core its descheduled partner needs (measured on 2 cores: a training step 2.6× slower beside a busy Python
-loop and 20× beside another torch job; beam search 2.7× and 29×). OMP_WAIT_POLICY=PASSIVE (threads sleep at once)
-keeps both within 1.6× under load at a cost within the idle runs' spread. The results are in
-benchmarks/results/load-*.md; tests/test_threads.py checks when the defaults apply.
+loop and 4–26× beside another torch job; beam search 2.7× and 4–29×). Sleeping at once (OMP_WAIT_POLICY=PASSIVE)
+bounds that, but pays a futex wake-up per parallel region: 11–25% on the idle machine. A short spin,
+GOMP_SPINCOUNT=1000 (the count libgomp itself falls back to when threads outnumber cores), keeps the idle speed
+(within the idle runs' spread) and stays within ~1.8× of it beside a competitor. The results are in
+benchmarks/results/load-*.md; tests/test_threads.py checks when the default applies. GOMP_SPINCOUNT is libgomp's:
+torch builds on other OpenMP runtimes (Intel's libiomp, macOS) ignore it.
 
 `python -m training.<command>` applies them from training/__init__.py, before any module imports torch. A user's
 own OMP_WAIT_POLICY or GOMP_SPINCOUNT wins; VASWANI_NO_THREAD_DEFAULTS=1 turns ours off. Importing `training` from
@@ -19,10 +22,10 @@ OFF_SWITCH = "VASWANI_NO_THREAD_DEFAULTS"
 
 
 def command_defaults(cpu_count: int) -> dict[str, str]:
-    """The environment our commands add: OpenMP threads sleep as soon as they are idle (see the module docstring)."""
+    """The environment our commands add: idle OpenMP threads spin briefly, then sleep (see the module docstring)."""
     if cpu_count <= 1:  # one thread: no parallel region to wait in
         return {}
-    return {"OMP_WAIT_POLICY": "PASSIVE"}
+    return {"GOMP_SPINCOUNT": "1000"}
 
 
 def started_as_command(orig_argv: list[str] | None = None) -> bool:
