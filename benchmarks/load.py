@@ -36,6 +36,7 @@ reports one. Results: benchmarks/results/load-<hw>-<date>.{jsonl,md}.
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -137,7 +138,21 @@ def worker(workload: str, seconds: float, warmup: int) -> dict:
 
 
 # --------------------------------------------------------------------------------------------- one cell
+def busy_cpu_seconds() -> float:
+    """CPU seconds the whole machine has spent busy since boot (/proc/stat: all but idle and iowait)."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return (sum(fields[:8]) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def children_cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def run_cell(workload: str, setting: str, load: str, seconds: float, warmup: int) -> dict:
+    """One measurement in fresh processes. `foreign_cpu_s` is CPU time spent during the cell by processes other than
+    the worker and the competitor (Linux only): a run meant to be alone should show ~0."""
+    busy0, ours0 = busy_cpu_seconds(), children_cpu_seconds()
     env = clean_env(setting_env(setting))
     competitor = None
     if load in COMPETITORS:
@@ -155,11 +170,13 @@ def run_cell(workload: str, setting: str, load: str, seconds: float, warmup: int
         if competitor is not None:
             competitor.kill()
             competitor.wait()
+    foreign = (busy_cpu_seconds() - busy0) - (children_cpu_seconds() - ours0)
     if done.returncode != 0:
         return {"workload": workload, "setting": setting, "load": load, "error": done.stderr.strip()[-500:]}
     result = json.loads(done.stdout.strip().splitlines()[-1])
     env_added = " ".join(f"{k}={v}" for k, v in setting_env(setting).items()) or "(none)"
-    return {"workload": workload, "setting": setting, "env_added": env_added, "load": load, **result}
+    row = {"workload": workload, "setting": setting, "env_added": env_added, "load": load, **result}
+    return row | {"foreign_cpu_s": round(foreign, 2)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -180,14 +197,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.worker:
         print(json.dumps(worker(args.worker, args.seconds, args.warmup)), flush=True)
         return 0
-    if args.smoke:
-        args.workloads, args.settings, args.loads, args.seconds, args.warmup = (
-            "train",
-            "torch-default",
-            "idle,python",
-            0.5,
-            1,
-        )
+    if args.smoke:  # an explicit --settings is kept
+        explicit = any(a.startswith("--settings") for a in (argv if argv is not None else sys.argv[1:]))
+        args.workloads, args.loads, args.seconds, args.warmup = "train", "idle,python", 0.5, 1
+        args.settings = args.settings if explicit else "torch-default"
     picks = {}
     for flag, known in (("workloads", WORKLOADS), ("settings", tuple(SETTINGS)), ("loads", LOADS)):
         picks[flag] = [p for p in getattr(args, flag).split(",") if p]
@@ -217,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         if base and "mean_ms" in row and "mean_ms" in base:
             row["slowdown_vs_idle_default"] = row["mean_ms"] / base["mean_ms"]
-    columns = ["workload", "setting", "env_added", "load", "threads", "calls", "mean_ms", "median_ms"]
+    columns = ["workload", "setting", "env_added", "load", "threads", "calls", "mean_ms", "median_ms", "foreign_cpu_s"]
     table = markdown_table(rows, columns + ["slowdown_vs_idle_default", "error"])
     print(table)
     jsonl, md = save_results("load", env, rows, table, args.out_dir)

@@ -1,5 +1,6 @@
 """Our commands set OpenMP's wait policy before torch loads (training/threads.py); users' settings win."""
 
+import json
 import os
 import subprocess
 import sys
@@ -51,3 +52,18 @@ def test_only_a_training_command_applies_them(monkeypatch):
     for name in WAIT_VARS:
         monkeypatch.delenv(name, raising=False)
     assert apply_command_defaults(["python", "-m", "training.train"]) == {}  # torch is loaded in this process
+
+
+def test_load_benchmark_smoke(tmp_path):
+    """benchmarks/load.py runs each cell in fresh processes and records the setting, the load and the stall check."""
+    env = {k: v for k, v in os.environ.items() if k not in WAIT_VARS}
+    cmd = [sys.executable, "-m", "benchmarks.load", "--smoke", "--settings", "commands", "--out_dir", str(tmp_path)]
+    subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, check=True)
+    (jsonl,) = tmp_path.glob("load-*.jsonl")
+    rows = [json.loads(line) for line in jsonl.read_text().splitlines()]
+    assert [(r["setting"], r["load"]) for r in rows] == [("commands", "idle"), ("commands", "python")]
+    expected = " ".join(f"{k}={v}" for k, v in command_defaults(os.cpu_count() or 1).items()) or "(none)"
+    for row in rows:
+        assert "error" not in row, row.get("error")
+        assert row["env_added"] == expected and row["calls"] >= 3 and row["mean_ms"] > 0
+        assert "foreign_cpu_s" in row and "cpu" in row["env"]
