@@ -37,7 +37,7 @@ from transformers.modeling_outputs import (
     Seq2SeqModelOutput,
 )
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-from transformers.utils import can_return_tuple, is_torchdynamo_compiling, logging
+from transformers.utils import can_return_tuple, is_torchdynamo_compiling, is_torchdynamo_exporting, logging
 from transformers.utils.deprecation import deprecate_kwarg
 from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
@@ -318,10 +318,17 @@ class VaswaniAttention(nn.Module):
                 if is_cross and isinstance(cache, EncoderDecoderCache):
                     cache.is_updated[self.layer_idx] = True
 
+        exporting = is_cross and is_torchdynamo_exporting()
+        if exporting:  # torch.export (training/export.py): decoder row b reads source b·B_kv // B, an index computed
+            # from values, not shapes, so one program serves any number of rows per source (greedy 1, beams g) with
+            # no guard on the two batches' ratio; keys/values stay one row per source in the cache
+            rows = torch.arange(B, device=k.device) * k.shape[0] // B  # (B,)
+            k, v = k.index_select(0, rows), v.index_select(0, rows)  # (B, h, T_k, d_k)
+            if attention_mask is not None:
+                attention_mask = attention_mask.index_select(0, rows)  # (B, 1, T_q, T_k)
         group = B // k.shape[0]  # > 1: the beams (or samples) of a source share its cross-attention keys/values
-        # traced (torch.export, compile): the grouped layout even for g = 1, so the traced program branches on no group
-        # size; exported programs still hold the encoder batch equal to the decoder's (greedy only, training/export.py)
-        grouped = is_cross and (group > 1 or is_torchdynamo_compiling())
+        # compiled: the grouped layout even for g = 1, so the compiled program branches on no group size
+        grouped = is_cross and not exporting and (group > 1 or is_torchdynamo_compiling())
         if grouped:  # their queries become extra query positions of that source: (B/g, h, g·T_q, d_k)
             q = q.view(k.shape[0], group, self.h, T, self.d_k).transpose(1, 2).reshape(k.shape[0], self.h, -1, self.d_k)
             if attention_mask is not None and attention_mask.shape[-2] == T and (T > 1 or is_torchdynamo_compiling()):

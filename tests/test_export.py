@@ -3,9 +3,8 @@ decodes the tokens `model.generate` decodes.
 
 - logits: each exported program (encoder, prefill, decode) against eager, fp32, a padded batch, teacher-forced past
   the traced cache length: max |Δlogit| ≤ 1e-4 (logits of order 10; float32 sums in another order);
-- decoding: greedy `generate()` driven by the exported programs (`ExportedForGeneration`), |source| + 50, a padded
-  batch, the cache growing past the traced length: the same token ids as `model.generate`. Beam search on the
-  programs is refused with a clear error (the shared-source beam layout does not trace yet);
+- decoding: greedy and beam-4 `generate()` driven by the exported programs (`ExportedForGeneration`), |source| + 50,
+  a padded batch, the cache growing past the traced length: the same token ids as `model.generate`;
 - the saved folder loads with transformers alone (a process that cannot import this package) and decodes greedily
   to the same tokens;
 - CTranslate2: the converted directory decodes our tokens, greedy and beam 4; int8 converts and decodes;
@@ -201,11 +200,19 @@ def test_greedy_generate_through_exported_programs_gives_model_tokens(fmt, expor
     assert got.tolist() == want.tolist()
 
 
-def test_beam_search_on_exported_programs_is_refused_clearly(exports, batch):
-    """Not supported yet (see ExportedForGeneration.generate): a clear error, not a torch.export guard failure."""
-    exported = ExportedForGeneration.from_export(exports("dynamo"))
-    with pytest.raises(ExportError, match="beam search does not run on exported programs yet"):
-        exported.generate(**batch, num_beams=4)
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_beam_search_through_exported_programs_gives_model_tokens(fmt, exports, model_and_tokenizer, batch):
+    """Beam 4 with the paper's decoding (GNMT α = 0.6, |source| + 50, sentences leaving the batch as they finish)
+    on the same programs that ran greedy search: 4 decoder rows per encoder row (traced on 2), a padded batch, the
+    cache growing past the traced length: the same ids as `model.generate`."""
+    model, _ = model_and_tokenizer
+    assert model.generation_config.num_beams == 4 and model.generation_config.length_penalty_rule == "gnmt"
+    exported = ExportedForGeneration.from_export(exports(fmt))
+    with torch.no_grad():
+        want = model.set_cpu_kernel("aten").generate(**batch)
+        got = exported.generate(**batch)
+    assert want.shape[1] > 4
+    assert got.tolist() == want.tolist()
 
 
 def test_onnx_int8_export_is_close(exports, model_and_tokenizer, batch):

@@ -11,7 +11,7 @@ transformers' exporters (`transformers.exporters`) write three programs: `encode
 `EncoderDecoderCache`), each with the pre-softmax linear inside, dynamic in batch, source and cache length;
 `export.json` names them. Next to them: config.json with the code files (so the folder loads as remote code),
 generation_config.json (the paper's decoding) and the tokenizer. `ExportedForGeneration` runs `generate()` on
-those programs (greedy; beam search not yet, see `ExportedForGeneration.generate`). CTranslate2 gets its own model directory
+those programs, greedy and beam search. CTranslate2 gets its own model directory
 (model.bin, shared_vocabulary.json, its config.json), the tokenizer and generation_config.json;
 `ctranslate2_options` maps the generation config to `translate_batch` arguments as far as CTranslate2 can.
 """
@@ -114,12 +114,17 @@ def export_programs(model: VaswaniForConditionalGeneration, fmt: str, quantizati
     model.set_cpu_kernel("aten")
     try:
         inputs = sample_inputs(model)
-        greedy = GenerationConfig(**{**model.generation_config.to_diff_dict(), "num_beams": 1})
-        stages = decompose_for_generation(model, inputs, generation_config=greedy, multi_token_decode=True)
+        # the decoder calls of a beam-2 search: 4 decoder rows on 2 encoder rows (the beams of a source share its
+        # row), so the decoder batch and the encoder batch trace as two sizes; the programs then serve any number of
+        # rows per source, greedy (1) and beams (g); traced on equal batches, torch.export would fix them equal
+        beams = GenerationConfig(**{**model.generation_config.to_diff_dict(), "num_beams": 2, "do_sample": False})
+        stages = decompose_for_generation(model, inputs, generation_config=beams, multi_token_decode=True)
         step = DecoderStep(model)
         plans = {"encoder": (EncoderStep(model), {k: inputs[k] for k in EncoderStep.INPUTS})}
         for name, (_, kwargs) in stages.items():  # the decoder calls generate() made, as DecoderStep takes them
             kwargs = {**kwargs, "encoder_hidden_states": kwargs["encoder_outputs"][0]}
+            # contiguous, as the runner passes them (a strided slice would trace a guard on its strides)
+            kwargs = {k: v.contiguous() if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
             plans[name] = (step, {k: kwargs[k] for k in DecoderStep.INPUTS})
         components = {}
         for name in COMPONENTS:
@@ -185,8 +190,8 @@ class _ExportedEncoder(torch.nn.Module):
 
 
 class ExportedForGeneration(VaswaniForConditionalGeneration):
-    """`generate()` of this model (its decoding loop and length rules unchanged; greedy, see `generate`) with every
-    network call made by an exported program through transformers' runners.
+    """`generate()` of this model (its decoding loop and length rules unchanged: greedy, beam search, sampling) with
+    every network call made by an exported program through transformers' runners.
 
     Holds no weights (built on the meta device): `forward` runs `prefill` on an empty cache, else `decode`, and
     `get_encoder()` the `encoder` program. Build it with `ExportedForGeneration.from_export(folder_or_exported)`.
@@ -214,19 +219,6 @@ class ExportedForGeneration(VaswaniForConditionalGeneration):
     def device(self) -> torch.device:
         return self.exported.device
 
-    def generate(self, inputs=None, generation_config=None, **kwargs):
-        """`generate()` on the programs: greedy search and sampling. Beam search is refused: the beams of a source
-        share one encoder row (VaswaniAttention), and the traced decoder programs hold the encoder batch equal to
-        the decoder batch (a torch.export guard), so they cannot run the beam layout yet."""
-        config = generation_config if generation_config is not None else self.generation_config
-        if kwargs.get("num_beams", config.num_beams or 1) > 1:
-            raise ExportError(
-                "beam search does not run on exported programs yet (the beams share one encoder row per source, "
-                "and the traced decoder fixes the encoder batch to the decoder batch): pass num_beams=1, or use "
-                "--format ctranslate2 for beam search"
-            )
-        return super().generate(inputs, generation_config, **kwargs)
-
     def get_encoder(self, *args, **kwargs) -> torch.nn.Module:
         return self.exported_encoder
 
@@ -236,7 +228,7 @@ class ExportedForGeneration(VaswaniForConditionalGeneration):
         step = "decode" if cache.get_seq_length() > 0 else "prefill"
         runner = self.exported.runners[step]
         logits, grown = runner(
-            decoder_input_ids=decoder_input_ids,
+            decoder_input_ids=decoder_input_ids.contiguous(),
             attention_mask=attention_mask,
             encoder_hidden_states=encoder_outputs[0],
             cache=cache,
