@@ -5,12 +5,15 @@ Each script prints one JSON line per measurement and a markdown table, and write
 is added instead), each record carrying the date, the hardware and the library versions.
 """
 
+import contextlib
 import datetime
 import json
 import os
 import platform
 import re
 import statistics
+import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -32,6 +35,7 @@ def environment(device: torch.device) -> dict:
         "python": platform.python_version(),
         "cpu": _cpu_name(),
         "cpu_threads": torch.get_num_threads(),
+        **cpu_class(),
     }
     if device.type == "cuda":
         env["gpu"] = torch.cuda.get_device_name(device)
@@ -43,6 +47,152 @@ def environment(device: torch.device) -> dict:
     except ImportError:
         pass
     return env
+
+
+# --isa: the environment variables that cap each library's instruction set before torch (or CTranslate2) loads;
+# a value makes an AVX-512 machine behave as the named class. Each entry also names the /proc/cpuinfo flag it needs.
+ISA_CAPS = {
+    "avx2": {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2", "FBGEMM_ENABLE_INSTRUCTIONS": "AVX2",
+             "MKL_ENABLE_INSTRUCTIONS": "AVX2", "CT2_FORCE_CPU_ISA": "AVX2", "flag": "avx2"},
+    "avx512": {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE", "ATEN_CPU_CAPABILITY": "avx512",
+               "FBGEMM_ENABLE_INSTRUCTIONS": "AVX512", "MKL_ENABLE_INSTRUCTIONS": "AVX512",
+               "CT2_FORCE_CPU_ISA": "AVX512", "flag": "avx512f"},
+    "avx512_vnni": {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_VNNI", "ATEN_CPU_CAPABILITY": "avx512",
+                    "FBGEMM_ENABLE_INSTRUCTIONS": "AVX512_E1", "MKL_ENABLE_INSTRUCTIONS": "AVX512_E1",
+                    "CT2_FORCE_CPU_ISA": "AVX512", "flag": "avx512_vnni"},
+}  # fmt: skip
+ISA_VARIABLES = ("ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY", "FBGEMM_ENABLE_INSTRUCTIONS", "MKL_ENABLE_INSTRUCTIONS",
+                 "CT2_FORCE_CPU_ISA")  # fmt: skip
+# the /proc/cpuinfo flags that decide which kernels oneDNN, fbgemm, MKL and CTranslate2 can pick
+ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16", "avx512_fp16", "avx_vnni",
+             "amx_tile", "amx_int8", "amx_bf16")  # fmt: skip
+
+
+def isa_choices() -> list[str]:
+    return ["native", *ISA_CAPS]
+
+
+def apply_isa(isa: str | None, module: str, argv: list[str] | None) -> None:
+    """`--isa`: run this benchmark with every library capped at `isa` ("avx2", "avx512", "avx512_vnni"), by starting
+    the script again (`python -m module argv`) with the variables of ISA_CAPS set, since each library reads them when
+    it loads. Nothing to do for "native" or None, or when the variables already hold (the restarted process). A CPU
+    without the class's instructions is refused: a cap can only lower the instruction set. A call from Python (argv
+    given) cannot restart its caller's process and is refused unless the variables are already set."""
+    if isa in (None, "native"):
+        return
+    if isa not in ISA_CAPS:
+        raise SystemExit(f"--isa takes {', '.join(isa_choices())}, got {isa!r}")
+    caps = {k: v for k, v in ISA_CAPS[isa].items() if k != "flag"}
+    flag = ISA_CAPS[isa]["flag"]
+    if flag not in cpu_flags():
+        raise SystemExit(
+            f"--isa {isa}: this CPU ({_cpu_name()}) has no {flag}; a cap can only lower the instruction set"
+        )
+    if all(os.environ.get(k) == v for k, v in caps.items()):
+        return
+    if argv is not None:
+        raise SystemExit(
+            f"--isa {isa}: run as a command (python -m {module} ...); the caps must be set before torch loads"
+        )
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(sys.executable, [sys.executable, "-m", module, *sys.argv[1:]], {**os.environ, **caps})
+
+
+def cpu_flags() -> set[str]:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def cpu_class() -> dict:
+    """What decides CPU speed here: the CPU's ISA flags, its cores, the caps in force (`--isa`), and the kernels the
+    libraries actually dispatch: ATen's capability, oneDNN's ISA and its inner-product implementation for a
+    fp32 linear layer (sampled with its verbose log), MKL's code path (its verbose header) and fbgemm's ISA."""
+    flags = cpu_flags()
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:
+        cores = os.cpu_count()
+    record = {
+        "cpu_isa_flags": [f for f in ISA_FLAGS if f in flags],
+        "cpu_cores": cores,
+        "isa_caps": {k: os.environ[k] for k in ISA_VARIABLES if k in os.environ},
+        "aten_cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "fbgemm_isa": _fbgemm_isa(flags),
+    }
+    if torch.backends.mkldnn.is_available():
+        record.update(_onednn_dispatch())
+    if torch.backends.mkl.is_available():
+        record["mkl_isa"] = _mkl_isa()
+    return record
+
+
+def _fbgemm_isa(flags: set[str]) -> str:
+    """fbgemm's kernel family: the best the CPU has (AVX512_E1 = with VNNI), lowered by FBGEMM_ENABLE_INSTRUCTIONS."""
+    order = ["none", "AVX2", "AVX512", "AVX512_E1"]
+    native = (
+        "AVX512_E1" if {"avx512f", "avx512bw", "avx512_vnni"} <= flags
+        else "AVX512" if {"avx512f", "avx512bw"} <= flags
+        else "AVX2" if {"avx2", "fma"} <= flags
+        else "none"
+    )  # fmt: skip
+    cap = os.environ.get("FBGEMM_ENABLE_INSTRUCTIONS", "").upper().replace("_256", "")
+    return min(native, cap, key=order.index) if cap in order else native
+
+
+@contextlib.contextmanager
+def _stdout_of_c_code(lines: list[str]):
+    """Collect what C code prints on file descriptor 1 (oneDNN's and MKL's verbose logs) into `lines`."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    with tempfile.TemporaryFile(mode="w+b") as sink:
+        os.dup2(sink.fileno(), 1)
+        try:
+            yield
+        finally:
+            try:
+                import ctypes
+
+                ctypes.CDLL(None).fflush(None)
+            except (OSError, AttributeError):
+                pass
+            os.dup2(saved, 1)
+            os.close(saved)
+            sink.seek(0)
+            lines.extend(sink.read().decode(errors="replace").splitlines())
+
+
+def _onednn_dispatch() -> dict:
+    """oneDNN's ISA and the implementation it runs for a (64 × 512) · (512 × 512) fp32 inner product, the shape
+    class of this model's projections, through the model's own packed-weight op."""
+    lines: list[str] = []
+    x, w = torch.randn(64, 512), torch.randn(512, 512)
+    with _stdout_of_c_code(lines), torch.backends.mkldnn.verbose(torch.backends.mkldnn.VERBOSE_ON):
+        packed = torch.ops.mkldnn._reorder_linear_weight(w)
+        torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], "")
+    isa = next((line.split("isa:", 1)[1].strip() for line in lines if "isa:" in line), None)
+    impl = None
+    for line in lines:
+        fields = line.split(",")
+        if "exec" in fields and "inner_product" in fields:
+            impl = fields[fields.index("inner_product") + 1]
+    return {"onednn_isa": isa, "onednn_inner_product": impl}
+
+
+def _mkl_isa() -> str | None:
+    """MKL's code path as its verbose header names it: "... Intel(R) Advanced Vector Extensions 2 (Intel(R) AVX2)
+    enabled processors" on Intel CPUs, "... Intel(R) Architecture processors" (its generic path) on others."""
+    lines: list[str] = []
+    a = torch.randn(64, 64)
+    with _stdout_of_c_code(lines), torch.backends.mkl.verbose(torch.backends.mkl.VERBOSE_ON):
+        torch.mm(a, a)
+    header = next((line for line in lines if line.startswith("MKL_VERBOSE") and " for " in line), None)
+    return header.split(" for ", 1)[1].split(", Lnx")[0] if header else None
 
 
 def hardware_tag(env: dict) -> str:

@@ -36,8 +36,10 @@ import torch
 from tqdm.auto import tqdm
 
 from benchmarks.common import (
+    apply_isa,
     emit,
     environment,
+    isa_choices,
     markdown_table,
     pick_device,
     positive_int,
@@ -48,6 +50,7 @@ from benchmarks.common import (
 )
 from benchmarks.twins import ctranslate2_translator, id_tokens, marian_twin, token_ids
 from modeling_vaswani import VaswaniConfig, VaswaniForConditionalGeneration
+from modeling_vaswani.modeling_vaswani import cpu_kernel_table
 from training.runtime import keep_freed_memory_for_reuse
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configuration"
@@ -55,7 +58,9 @@ CPU_SYSTEMS = ("ours", "ours-int8", "ours-aten", "marian", "ct2-float32", "ct2-i
 GPU_SYSTEMS = ("ours", "ours-static", "marian", "marian-static", "ct2-bfloat16", "ct2-int8_bfloat16")
 # "-static": generate(cache_implementation="static"); on CUDA transformers then compiles each decoding step
 # (CUDA graphs). Both systems get it. On CPU they run uncompiled: allowed there only to test the path.
-EXTRA_CPU = ("ours-static", "marian-static", "onnx-float32", "onnx-int8")
+# the CPU kernel of each of our systems ("auto": per shape, the faster of oneDNN and aten, calibrated at first use)
+OURS_KERNELS = {"ours": "auto", "ours-int8": "int8", "ours-aten": "aten", "ours-onednn": "onednn"}
+EXTRA_CPU = ("ours-onednn", "ours-static", "marian-static", "onnx-float32", "onnx-int8")
 REAL_SYSTEMS = ("ours", "ours-int8", "marian", "ct2-float32", "ct2-int8")
 REAL_COLUMNS = ["system", "wall_s", "new_tokens_per_s", "vs_ct2", "forward_calls", "rows_per_sentence",
                 "rows_per_new_token", "bleu"]  # fmt: skip
@@ -100,6 +105,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--smoke", action="store_true", help="tiny model and sizes: seconds on CPU, for CI")
     parser.add_argument("--out_dir", help="results folder (default benchmarks/results)")
+    parser.add_argument(
+        "--isa",
+        choices=isa_choices(),
+        help="cap oneDNN, ATen, fbgemm, MKL and CTranslate2 at this instruction set (ONEDNN_MAX_CPU_ISA, "
+        "ATEN_CPU_CAPABILITY ...; the script restarts with them set) to measure that CPU class here; default native",
+    )
     return parser
 
 
@@ -204,6 +215,14 @@ def onnx_model(ours, quantization: str, threads: int | None):
     return ExportedForGeneration.from_export(exported.to(session_options=options))
 
 
+def kernel_record(system: str, device: torch.device) -> dict:
+    """Ours on CPU: the kernel asked for and, under "auto", what the calibration chose per shape so far."""
+    if system not in OURS_KERNELS or device.type != "cpu":
+        return {}
+    kernel = OURS_KERNELS[system]
+    return {"cpu_kernel": kernel, **({"cpu_kernel_choices": cpu_kernel_table()} if kernel == "auto" else {})}
+
+
 def speed_rows(args, device, env) -> list[dict]:
     config = load_config(args)
     size = sizes(args, device)
@@ -235,8 +254,8 @@ def speed_rows(args, device, env) -> list[dict]:
             run = hf_decode(translators[system], src, beams, size["new_tokens"])
         else:
             model = twin if system.startswith("marian") else ours
-            if system.startswith("ours") and device.type == "cpu":
-                model.set_cpu_kernel({"ours-int8": "int8", "ours-aten": "aten"}.get(system, "onednn"))
+            if system in OURS_KERNELS and device.type == "cpu":
+                model.set_cpu_kernel(OURS_KERNELS[system])
             run = hf_decode(model, src, beams, size["new_tokens"], static=system.endswith("-static"))
         with torch.inference_mode():
             timing = time_it(run, device, args.warmup, args.repeats)
@@ -255,6 +274,7 @@ def speed_rows(args, device, env) -> list[dict]:
                     "vocab_size": config.vocab_size,
                     **timing,
                     "new_tokens_per_s": batch * size["new_tokens"] / timing["median_s"],
+                    **kernel_record(system, device),
                 }
             )
         )
@@ -419,7 +439,7 @@ def real_rows(args, device) -> list[dict]:
             run = functools.partial(hf_pass, twin, marian_settings)
         else:
             if device.type == "cpu":
-                model.set_cpu_kernel("int8" if system == "ours-int8" else "onednn")
+                model.set_cpu_kernel("int8" if system == "ours-int8" else "auto")
             counter = DecoderRows(model.model.decoder)
             run = functools.partial(hf_pass, model, lambda mask: {})  # the model's own generation config
         times, hypotheses = [], None
@@ -469,6 +489,7 @@ def real_rows(args, device) -> list[dict]:
 
 def main(argv: list[str] | None = None) -> list[dict]:
     args = build_parser().parse_args(argv)
+    apply_isa(args.isa, "benchmarks.generate", argv)  # first: may start this script again with the caps set
     device = pick_device(args.device)
     check_arguments(args, device)
     set_threads(args.threads)

@@ -42,10 +42,12 @@ import torch
 from tqdm.auto import tqdm
 
 from benchmarks.common import (
+    apply_isa,
     emit,
     environment,
     fill_defaults,
     free_path,
+    isa_choices,
     markdown_table,
     peak_memory_gib,
     pick_device,
@@ -224,11 +226,18 @@ def build_parser() -> argparse.ArgumentParser:
     a("--seed", type=int, default=0, help="seed of the weights and the random batches")
     a("--smoke", action="store_true", help="seconds-long check: tiny preset, T 4-16, B 1-4, 2 timed steps, 1 thread")
     a("--out_dir", help="folder for the .jsonl, .md and .png results (default benchmarks/results)")
+    a(
+        "--isa",
+        choices=isa_choices(),
+        help="cap oneDNN, ATen, fbgemm, MKL and CTranslate2 at this instruction set (ONEDNN_MAX_CPU_ISA, "
+        "ATEN_CPU_CAPABILITY ...; the script restarts with them set) to measure that CPU class here; default native",
+    )
     return p
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
     args = build_parser().parse_args(argv)
+    apply_isa(args.isa, "benchmarks.scaling", argv)  # first: may start this script again with the caps set
     device = pick_device(args.device)
     args = fill_defaults(args, device, DEFAULTS, SMOKE)  # unset flags from the device's defaults
     set_threads(args.threads)

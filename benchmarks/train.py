@@ -74,9 +74,11 @@ import torch
 from tqdm.auto import tqdm
 
 from benchmarks.common import (
+    apply_isa,
     emit,
     environment,
     fill_defaults,
+    isa_choices,
     markdown_table,
     peak_memory_gib,
     pick_device,
@@ -88,6 +90,7 @@ from benchmarks.common import (
 )
 from benchmarks.twins import marian_twin, model_flops_per_token
 from modeling_vaswani import VaswaniConfig, VaswaniForConditionalGeneration
+from modeling_vaswani.modeling_vaswani import cpu_kernel_table
 from training.runtime import keep_freed_memory_for_reuse
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -504,6 +507,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds-long check: tiny preset, batch 4, lengths 8, 2 timed steps, 1 thread",
     )
     a("--out_dir", help="folder for the .jsonl and .md results (default benchmarks/results)")
+    a(
+        "--isa",
+        choices=isa_choices(),
+        help="cap oneDNN, ATen, fbgemm, MKL and CTranslate2 at this instruction set (ONEDNN_MAX_CPU_ISA, "
+        "ATEN_CPU_CAPABILITY ...; the script restarts with them set) to measure that CPU class here; default native",
+    )
     return p
 
 
@@ -519,6 +528,7 @@ def resolve(args: argparse.Namespace, device: torch.device) -> argparse.Namespac
 
 def main(argv: list[str] | None = None) -> list[dict]:
     args = build_parser().parse_args(argv)
+    apply_isa(args.isa, "benchmarks.train", argv)  # first: may start this script again with the caps set
     device = pick_device(args.device)
     args = resolve(args, device)
     set_threads(args.threads)
@@ -598,6 +608,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
                         mfu=flops_per_token * tokens_per_s / (args.peak_tflops * 1e12) if args.peak_tflops else None,
                     )
             ours, marian = pair["ours"], pair["marian"]
+            if device.type == "cpu":
+                ours["cpu_kernel_choices"] = cpu_kernel_table()  # the "auto" kernel's choices per shape (training)
             for row in (ours, marian):
                 row["tokens_per_s_ours_over_marian"] = ratio(ours.get("tokens_per_s"), marian.get("tokens_per_s"))
                 row["peak_memory_ours_over_marian"] = ratio(ours.get("peak_memory_gib"), marian.get("peak_memory_gib"))

@@ -16,6 +16,8 @@ imports relatively (transformers' remote-code loader copies and loads relative i
 """
 
 import math
+import os
+import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -155,25 +157,61 @@ def eager_attention_forward(
     return torch.matmul(weights, value).transpose(1, 2).contiguous(), weights  # (B, T_q, h, d_v)
 
 
-CPU_KERNELS = ("onednn", "int8", "aten")
+CPU_KERNELS = ("auto", "onednn", "int8", "aten")
+FP32_CPU_KERNELS = ("onednn", "aten")  # what "auto" chooses between, per shape, by timing both on this CPU
+
+
+def cpu_isa() -> str:
+    """The instruction set CPU kernels may use in this process: torch's ATen capability ("AVX2", "AVX512" ...) and
+    oneDNN's cap where `ONEDNN_MAX_CPU_ISA` sets one (benchmarks' `--isa` sets both to measure another CPU class)."""
+    capability = torch.backends.cpu.get_cpu_capability()
+    limit = os.environ.get("ONEDNN_MAX_CPU_ISA") or os.environ.get("DNNL_MAX_CPU_ISA")
+    return capability if not limit else f"{capability}, oneDNN ≤ {limit.upper()}"
+
+
+# "auto"'s choices, filled at first use of each shape: (ISA, threads, "inference"/"training", d_in, d_out, bias,
+# rows bucket) → "onednn" or "aten". Per process, so per CPU and per --isa; `cpu_kernel_table()` reads it.
+_KERNEL_TABLE: dict[tuple, str] = {}
+CALIBRATION_REPEATS = 3  # timed calls per candidate (after one untimed), interleaved; the fastest call counts
+
+
+def cpu_kernel_table() -> dict[str, str]:
+    """What "auto" chose so far in this process, readable: {"inference 512→2048, ≤128 rows (AVX2, 2 threads)": ...}."""
+    return {
+        f"{mode} {d_in}→{d_out}, ≤{rows} rows ({isa}, {threads} threads)": kernel
+        for (isa, threads, mode, d_in, d_out, _, rows), kernel in _KERNEL_TABLE.items()
+    }
+
+
+def clear_cpu_kernel_table() -> None:
+    """Forget "auto"'s choices (they are measured again at next use)."""
+    _KERNEL_TABLE.clear()
+
+
+def _rows_bucket(rows: int) -> int:
+    """Calls are calibrated per power of two of their rows (1, 2, 4 ... 4096, then 4096 for all larger)."""
+    return min(1 << max(rows - 1, 0).bit_length(), 4096)
 
 
 class VaswaniLinear(nn.Linear):
     """nn.Linear (same parameters, same state dict) whose fp32 CPU calls may run a faster kernel.
 
     Only fp32 CPU calls outside autocast and torch.compile change kernel; accelerators and other dtypes use F.linear.
-    "onednn" (default): the same fp32 product through oneDNN on a packed copy of the weight: torch's default CPU
-    matmul (MKL sgemm) ran 1.3–2.1× slower on the AMD EPYC this was profiled on. "int8": dynamic int8 quantization
-    (weights per output channel, activations per call, fbgemm), an approximation and opt-in, inference only.
-    "aten": F.linear. With autograd on, "onednn" runs forward and both backward products through oneDNN too
-    (`_OneDNNLinear`). The inference weight copy is rebuilt when the weight's version changes and dropped by
-    `train()`/`eval()` and by any call with autograd on. Weights changed in place by a fused optimizer (no version
-    bump) outside training mode need `train()`, `eval()` or `set_cpu_kernel()` before the next inference.
+    "auto" (default): for each shape, the faster of "onednn" and "aten" on this CPU, measured at first use (a few
+    calls of each on random inputs of that shape) and kept for the process, separately for inference and for training
+    (forward and both backward products): which kernel wins depends on the CPU's instruction set (oneDNN was 1.3–2.1×
+    faster than MKL's sgemm on an AVX-512 EPYC, and slower than it in training on an AVX2 one). "onednn": the same
+    fp32 product through oneDNN, on a weight copy packed in oneDNN's blocked layout (inference) or through
+    `_OneDNNLinear` (training). "int8": dynamic int8 quantization (weights per output channel, activations per call,
+    fbgemm), an approximation and opt-in, inference only. "aten": F.linear. The inference weight copy is rebuilt when
+    the weight's version changes and dropped by `train()`/`eval()` and by any call with autograd on. Weights changed
+    in place by a fused optimizer (no version bump) outside training mode need `train()`, `eval()` or
+    `set_cpu_kernel()` before the next inference.
     """
 
-    cpu_kernel = "onednn" if torch.backends.mkldnn.is_available() else "aten"
-    onednn_min_macs = 2**22  # oneDNN costs ~30 µs a call in conversions: below ~4M multiply-adds F.linear wins
-    onednn_training = True  # oneDNN in training too (1.2× a base-model step on 2 cores); off for lm_head (slower)
+    cpu_kernel = "auto" if torch.backends.mkldnn.is_available() else "aten"
+    onednn_min_macs = 2**22  # below ~4M multiply-adds a call, F.linear (a oneDNN call has a fixed cost)
+    onednn_training = True  # oneDNN allowed in training; off for lm_head, whose (tokens × vocab) products MKL wins
 
     def _fp32_cpu(self, x: torch.Tensor) -> bool:
         return (
@@ -189,22 +227,71 @@ class VaswaniLinear(nn.Linear):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         kernel = self.cpu_kernel
         small = x.numel() * self.out_features < self.onednn_min_macs  # multiply-adds of this call
+        rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
         if torch.is_grad_enabled():
             if self.__dict__.get("_packed") is not None:
                 self._packed = None  # training again: free the inference copy
-            if self.onednn_training and kernel == "onednn" and not small and self._fp32_cpu(x):
-                out = _OneDNNLinear.apply(x.reshape(-1, x.shape[-1]), self.weight, self.bias)
-                return out.view(*x.shape[:-1], self.out_features)
+            if self.onednn_training and kernel in ("auto", "onednn") and not small and self._fp32_cpu(x):
+                if kernel == "onednn" or self._calibrated("training", rows) == "onednn":
+                    out = _OneDNNLinear.apply(x.reshape(-1, x.shape[-1]), self.weight, self.bias)
+                    return out.view(*x.shape[:-1], self.out_features)
             return F.linear(x, self.weight, self.bias)
-        if (kernel == "onednn" and small) or not self._fp32_cpu(x):
+        if (kernel in ("auto", "onednn") and small) or not self._fp32_cpu(x):
             return F.linear(x, self.weight, self.bias)
-        x2 = x.reshape(-1, x.shape[-1]).contiguous()  # (B·T, d_in)
+        if kernel == "auto":
+            kernel = self._calibrated("inference", rows)
+            if kernel == "aten":
+                return F.linear(x, self.weight, self.bias)
+        out = self._fast_linear(x.reshape(-1, x.shape[-1]).contiguous(), kernel)  # (B·T, d_out)
+        return out.view(*x.shape[:-1], self.out_features)  # (..., d_out)
+
+    def _fast_linear(self, x2: torch.Tensor, kernel: str) -> torch.Tensor:
         packed = self._packed_weight(kernel)
         if kernel == "int8":
-            out = torch.ops.quantized.linear_dynamic(x2, packed, True)
-        else:
-            out = torch._C._nn.mkldnn_linear(x2.to_mkldnn(), packed, self.bias).to_dense()
-        return out.view(*x.shape[:-1], self.out_features)  # (..., d_out)
+            return torch.ops.quantized.linear_dynamic(x2, packed, True)
+        return torch.ops.mkldnn._linear_pointwise(x2, packed, self.bias, "none", [], "")  # dense in, dense out
+
+    def _calibrated(self, mode: str, rows: int) -> str:
+        bucket = _rows_bucket(rows)
+        key = (cpu_isa(), torch.get_num_threads(), mode, self.in_features, self.out_features, self.bias is not None)
+        key += (bucket,)
+        choice = _KERNEL_TABLE.get(key)
+        if choice is None:
+            choice = _KERNEL_TABLE[key] = self._calibrate(mode, bucket)
+        return choice
+
+    def _calibrate(self, mode: str, rows: int) -> str:
+        """The faster of "onednn" and "aten" for `rows` × d_in inputs: one untimed call of each, then
+        CALIBRATION_REPEATS timed calls of each, interleaved; the fastest single call of each counts."""
+        g = torch.Generator().manual_seed(0)
+        x = torch.randn(rows, self.in_features, generator=g)
+        weight = self.weight.detach()
+        bias = None if self.bias is None else self.bias.detach()
+        if mode == "inference":
+            candidates = {
+                "onednn": lambda: self._fast_linear(x, "onednn"),
+                "aten": lambda: F.linear(x, weight, bias),
+            }
+        else:  # forward and backward on copies: the model's parameters and their .grad are not touched
+            x.requires_grad_()
+            w, b = weight.clone().requires_grad_(), None if bias is None else bias.clone().requires_grad_()
+            grad = torch.randn(rows, self.out_features, generator=g)
+            candidates = {
+                "onednn": lambda: _OneDNNLinear.apply(x, w, b).backward(grad),
+                "aten": lambda: F.linear(x, w, b).backward(grad),
+            }
+        if not torch.backends.mkldnn.is_available():
+            return "aten"
+        best = dict.fromkeys(candidates, math.inf)
+        with torch.set_grad_enabled(mode == "training"):
+            for run in candidates.values():
+                run()
+            for _ in range(CALIBRATION_REPEATS):
+                for name, run in candidates.items():
+                    start = time.perf_counter()
+                    run()
+                    best[name] = min(best[name], time.perf_counter() - start)
+        return min(best, key=best.get)
 
     def train(self, mode: bool = True) -> "VaswaniLinear":
         """Entering or leaving training drops the inference copy: a fused optimizer updates weights in place without
@@ -227,7 +314,7 @@ class VaswaniLinear(nn.Linear):
                 qweight = torch.quantize_per_channel(weight, scales, zeros, 0, torch.qint8)
             packed = torch.ops.quantized.linear_prepack(qweight, None if bias is None else bias.detach())
         else:
-            packed = weight.to_mkldnn()
+            packed = torch.ops.mkldnn._reorder_linear_weight(weight)  # oneDNN's blocked layout, packed once
         self._packed = (key, packed)
         return packed
 
@@ -431,7 +518,8 @@ class VaswaniPreTrainedModel(PreTrainedModel):
         return super().save_pretrained(save_directory, *args, **kwargs)
 
     def set_cpu_kernel(self, kernel: str) -> "VaswaniPreTrainedModel":
-        """The kernel of every linear layer in fp32 CPU inference: "onednn" (default), "int8" or "aten" (F.linear)."""
+        """The kernel of every linear layer on fp32 CPU: "auto" (default: per shape, the faster of "onednn" and "aten"
+        on this CPU, measured at first use), "onednn", "int8" (inference only) or "aten" (F.linear)."""
         check_cpu_kernel(kernel)
         for module in self.modules():
             if isinstance(module, VaswaniLinear):

@@ -25,6 +25,20 @@ def check_env(path) -> None:
         for key in ("date", "torch", "transformers", "device"):
             assert row["env"][key], key
         assert row["env"]["torch"] == torch.__version__
+        check_cpu_class(row["env"])
+
+
+def check_cpu_class(env: dict) -> None:
+    """Every row names its CPU class: model, ISA flags, cores, caps, and the kernels the libraries dispatched."""
+    from benchmarks.common import ISA_FLAGS, cpu_flags
+
+    assert env["cpu"] and env["cpu_cores"] >= 1
+    assert env["cpu_isa_flags"] == [f for f in ISA_FLAGS if f in cpu_flags()]
+    assert env["aten_cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    assert env["fbgemm_isa"] in ("none", "AVX2", "AVX512", "AVX512_E1")
+    assert isinstance(env["isa_caps"], dict)
+    if torch.backends.mkldnn.is_available():
+        assert env["onednn_isa"] and env["onednn_inner_product"]  # e.g. "Intel AVX2", "brg_matmul:avx2"
 
 
 def test_train_smoke(tmp_path, one_thread):
@@ -133,3 +147,57 @@ def test_bad_arguments_fail_clearly(script, argv, message, tmp_path, capsys):
         script.main(["--smoke", "--device", "cpu", *argv, "--out_dir", str(tmp_path)])
     assert message in f"{exit_info.value.code} {capsys.readouterr().err}"
     assert not list(tmp_path.iterdir())  # nothing written
+
+
+def test_isa_option_restarts_the_script_with_the_caps(tmp_path):
+    """--isa avx2 (on any CPU with AVX2): the script runs again with oneDNN, ATen, fbgemm, MKL and CTranslate2 capped,
+    and its rows record the caps and what the libraries dispatched under them."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from benchmarks.common import ISA_CAPS, cpu_flags
+
+    if "avx2" not in cpu_flags():
+        pytest.skip("no AVX2 on this CPU")
+    root = Path(__file__).resolve().parents[1]
+    env = {k: v for k, v in os.environ.items() if k not in ISA_CAPS["avx2"]}
+    command = [sys.executable, "-m", "benchmarks.train", "--smoke", "--device", "cpu", "--cases", "fixed"]
+    done = subprocess.run([*command, "--isa", "avx2", "--out_dir", str(tmp_path)], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = [json.loads(line) for path in tmp_path.glob("*.jsonl") for line in path.read_text().splitlines()]
+    assert rows
+    for row in rows:
+        record = row["env"]
+        check_cpu_class(record)
+        assert record["isa_caps"] == {k: v for k, v in ISA_CAPS["avx2"].items() if k != "flag"}
+        assert record["aten_cpu_capability"] == "AVX2" and record["fbgemm_isa"] == "AVX2"
+        assert "AVX2" in record["onednn_isa"] and record["onednn_inner_product"].endswith("avx2")
+
+
+def test_isa_option_refuses_what_it_cannot_do(monkeypatch):
+    from benchmarks import common
+
+    monkeypatch.setattr(common, "cpu_flags", lambda: {"avx2", "fma"})
+    for name in common.ISA_CAPS["avx2"]:
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(SystemExit, match="--isa avx512: this CPU .* has no avx512f; a cap can only lower"):
+        common.apply_isa("avx512", "benchmarks.train", None)
+    with pytest.raises(SystemExit, match="--isa avx2: run as a command"):  # a Python call cannot restart its caller
+        common.apply_isa("avx2", "benchmarks.train", ["--smoke"])
+    common.apply_isa("native", "benchmarks.train", ["--smoke"])  # nothing to do
+    for name, value in common.ISA_CAPS["avx2"].items():
+        monkeypatch.setenv(name, value)
+    common.apply_isa("avx2", "benchmarks.train", ["--smoke"])  # already in force: runs in this process
+
+
+def test_fbgemm_isa_follows_flags_and_cap(monkeypatch):
+    from benchmarks.common import _fbgemm_isa
+
+    monkeypatch.delenv("FBGEMM_ENABLE_INSTRUCTIONS", raising=False)
+    vnni = {"avx2", "fma", "avx512f", "avx512bw", "avx512_vnni"}
+    assert (_fbgemm_isa(vnni), _fbgemm_isa({"avx2", "fma"}), _fbgemm_isa(set())) == ("AVX512_E1", "AVX2", "none")
+    monkeypatch.setenv("FBGEMM_ENABLE_INSTRUCTIONS", "AVX2")
+    assert _fbgemm_isa(vnni) == "AVX2"

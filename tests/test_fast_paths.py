@@ -444,3 +444,112 @@ def test_fused_optimizer_steps_between_evaluations_are_seen(kernel):
     assert not torch.allclose(before, after)
     tolerance = 1e-5 if kernel == "onednn" else 0.05 * reference.abs().max().item()
     torch.testing.assert_close(after, reference, atol=tolerance, rtol=0)
+
+
+def all_linears(model) -> list[VaswaniLinear]:
+    return [m for m in model.modules() if isinstance(m, VaswaniLinear)]
+
+
+@pytest.fixture
+def fresh_kernel_table():
+    """An empty table of "auto"'s choices for the test, the process's own back afterwards."""
+    import modeling_vaswani.modeling_vaswani as modeling
+
+    saved = dict(modeling._KERNEL_TABLE)
+    modeling._KERNEL_TABLE.clear()
+    yield modeling._KERNEL_TABLE
+    modeling._KERNEL_TABLE.clear()
+    modeling._KERNEL_TABLE.update(saved)
+
+
+@needs_onednn
+def test_auto_kernel_calibrates_each_shape_and_every_choice_matches_f_linear(fresh_kernel_table):
+    """ "auto" times oneDNN and F.linear once per shape (d_in, d_out, rows bucket) on this CPU and keeps the faster;
+    whatever it picks, and with the table forced to either kernel, logits stay within 1e-5 of F.linear's."""
+    from modeling_vaswani.modeling_vaswani import FP32_CPU_KERNELS, cpu_isa, cpu_kernel_table
+
+    model, (ids, mask) = make_model(), padded_batch()
+    reference = logits(model, ids, mask, "aten")
+    auto = logits(model, ids, mask, "auto")
+    table = fresh_kernel_table
+    # encoder and decoder rows: 27 and 15 (two buckets); shapes 64→64, 64→128, 128→64 and the 64→50 lm_head
+    assert {(k[2], k[3], k[4], k[6]) for k in table} == {
+        ("inference", d_in, d_out, rows)
+        for rows, shapes in ((32, [(64, 64), (64, 128), (128, 64)]), (16, [(64, 64), (64, 128), (128, 64), (64, 50)]))
+        for d_in, d_out in shapes
+    }
+    assert set(table.values()) <= set(FP32_CPU_KERNELS)
+    assert all(k[0] == cpu_isa() and k[1] == torch.get_num_threads() for k in table)
+    assert len(cpu_kernel_table()) == len(table)
+    torch.testing.assert_close(auto, reference, atol=1e-5, rtol=0)
+    for forced in FP32_CPU_KERNELS:
+        for key in table:
+            table[key] = forced
+        model.set_cpu_kernel("auto")
+        torch.testing.assert_close(logits(model, ids, mask, "auto"), reference, atol=1e-5, rtol=0, msg=forced)
+        packed = [m.__dict__.get("_packed") is not None for m in all_linears(model)]
+        assert all(packed) if forced == "onednn" else not any(packed)  # the table's choice is what ran
+
+
+@needs_onednn
+def test_auto_kernel_table_is_keyed_by_the_instruction_set(fresh_kernel_table, monkeypatch):
+    """A oneDNN ISA cap (benchmarks' --isa) is another CPU class: its shapes are measured again, not reused."""
+    model, (ids, mask) = make_model(), padded_batch()
+    logits(model, ids, mask, "auto")
+    first = set(fresh_kernel_table)
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    logits(model, ids, mask, "auto")
+    assert len(fresh_kernel_table) == 2 * len(first)
+    assert {k[0] for k in set(fresh_kernel_table) - first} == {
+        f"{torch.backends.cpu.get_cpu_capability()}, oneDNN ≤ AVX2"
+    }
+
+
+@needs_onednn
+def test_auto_kernel_picks_the_faster_kernel(fresh_kernel_table, monkeypatch):
+    """The choice follows the timing: a oneDNN kernel made 20 ms slower is never picked, for inference or training."""
+    import time as time_module
+
+    import modeling_vaswani.modeling_vaswani as modeling
+
+    fast_linear, apply = VaswaniLinear._fast_linear, modeling._OneDNNLinear.apply
+
+    def slow_fast_linear(self, x, kernel):
+        time_module.sleep(0.02)
+        return fast_linear(self, x, kernel)
+
+    def slow_apply(*args):
+        time_module.sleep(0.02)
+        return apply(*args)
+
+    monkeypatch.setattr(VaswaniLinear, "_fast_linear", slow_fast_linear)
+    monkeypatch.setattr(modeling._OneDNNLinear, "apply", slow_apply)
+    model, (ids, mask) = make_model(), padded_batch()
+    logits(model, ids, mask, "auto")
+    loss_and_grads(model.train(), False)
+    assert {k[2] for k in fresh_kernel_table} == {"inference", "training"}
+    assert set(fresh_kernel_table.values()) == {"aten"}
+
+
+@needs_onednn
+@pytest.mark.parametrize("forced", ["onednn", "aten"])
+def test_auto_kernel_in_training_matches_f_linear(monkeypatch, fresh_kernel_table, forced):
+    """Training under "auto" runs the table's choice per shape (forward, dL/dx, dL/dW); loss and every gradient within
+    1e-5 of F.linear's whichever kernel the table names."""
+    calls = count_onednn_training_calls(monkeypatch)
+    model = make_model().train()
+    for module in all_linears(model):
+        module.onednn_min_macs = 0
+    model.set_cpu_kernel("aten")
+    plain, plain_grads = loss_and_grads(model, False)
+    model.set_cpu_kernel("auto")
+    loss_and_grads(model, False)  # calibrates every training shape
+    assert {k[2] for k in fresh_kernel_table} == {"training"}
+    for key in fresh_kernel_table:
+        fresh_kernel_table[key] = forced
+    calls[0] = 0
+    fast, fast_grads = loss_and_grads(model, False)
+    assert calls[0] == (2 * (4 + 2) + 2 * (4 + 4 + 2) if forced == "onednn" else 0)  # lm_head: F.linear always
+    torch.testing.assert_close(fast.loss, plain.loss, atol=1e-5, rtol=0)
+    for name, grad in plain_grads.items():
+        torch.testing.assert_close(fast_grads[name], grad, atol=1e-5, rtol=0, msg=name)

@@ -63,7 +63,7 @@ class EvaluationError(ValueError):
 def load_model(name_or_path: str, device: str | None = None, cpu_kernel: str | None = None):
     """(model, tokenizer) of a model folder or Hub id, in eval mode on `device` (default: cuda if present).
 
-    `cpu_kernel` picks the linear-layer kernel of CPU inference ("onednn", the default; "int8"; "aten").
+    `cpu_kernel` picks the linear-layer kernel of CPU inference ("auto", the default; "onednn"; "int8"; "aten").
 
     Raises EvaluationError naming the problem and the file: a missing folder, a folder without config.json, a
     config.json with a bad field, unreadable weights, or a Hub id that cannot be loaded (offline, only cached
@@ -341,9 +341,9 @@ def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--max_length_over_source", type=int, help="N of the |source| + N output limit (paper: 50)")
     g.add_argument(
         "--cpu_kernel",
-        choices=("onednn", "int8", "aten"),
-        help="linear layers on CPU: onednn (default, exact fp32), int8 (dynamic quantization: faster, "
-        "approximate), aten (torch's default matmul)",
+        choices=("auto", "onednn", "int8", "aten"),
+        help="linear layers on CPU: auto (default: per shape, the faster of onednn and aten on this CPU, timed at "
+        "first use), onednn (exact fp32), int8 (dynamic quantization: faster, approximate), aten (torch's matmul)",
     )
 
 
