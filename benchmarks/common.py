@@ -7,6 +7,7 @@ is added instead), each record carrying the date, the hardware and the library v
 
 import contextlib
 import datetime
+import functools
 import json
 import os
 import platform
@@ -63,6 +64,7 @@ ISA_CAPS = {
 }  # fmt: skip
 ISA_VARIABLES = ("ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY", "FBGEMM_ENABLE_INSTRUCTIONS", "MKL_ENABLE_INSTRUCTIONS",
                  "CT2_FORCE_CPU_ISA")  # fmt: skip
+OPENMP_VARIABLES = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME", "OMP_NUM_THREADS")  # how idle threads wait
 # the /proc/cpuinfo flags that decide which kernels oneDNN, fbgemm, MKL and CTranslate2 can pick
 ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16", "avx512_fp16", "avx_vnni",
              "amx_tile", "amx_int8", "amx_bf16")  # fmt: skip
@@ -122,6 +124,7 @@ def cpu_class() -> dict:
         "cpu_isa_flags": [f for f in ISA_FLAGS if f in flags],
         "cpu_cores": cores,
         "isa_caps": {k: os.environ[k] for k in ISA_VARIABLES if k in os.environ},
+        "openmp_settings": {k: os.environ[k] for k in OPENMP_VARIABLES if k in os.environ},
         "aten_cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "fbgemm_isa": _fbgemm_isa(flags),
     }
@@ -167,9 +170,11 @@ def _stdout_of_c_code(lines: list[str]):
             lines.extend(sink.read().decode(errors="replace").splitlines())
 
 
+@functools.cache
 def _onednn_dispatch() -> dict:
     """oneDNN's ISA and the implementation it runs for a (64 × 512) · (512 × 512) fp32 inner product, the shape
-    class of this model's projections, through the model's own packed-weight op."""
+    class of this model's projections, through the model's own packed-weight op. Sampled once per process: oneDNN
+    prints its ISA line only the first time its log is on (else the implementation's suffix names it)."""
     lines: list[str] = []
     x, w = torch.randn(64, 512), torch.randn(512, 512)
     with _stdout_of_c_code(lines), torch.backends.mkldnn.verbose(torch.backends.mkldnn.VERBOSE_ON):
@@ -181,6 +186,8 @@ def _onednn_dispatch() -> dict:
         fields = line.split(",")
         if "exec" in fields and "inner_product" in fields:
             impl = fields[fields.index("inner_product") + 1]
+    if isa is None and impl and ":" in impl:
+        isa = impl.rsplit(":", 1)[1]
     return {"onednn_isa": isa, "onednn_inner_product": impl}
 
 
