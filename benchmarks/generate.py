@@ -6,7 +6,7 @@ The Marian twin is `MarianMTModel` with our weights copied (benchmarks/twins.py)
 `bench` extra) gets the same weights through training/export.py's converter, in float32 and int8 on CPU, in
 bfloat16 / int8_bfloat16 on GPU. On CPU, `--systems ...,onnx-float32,onnx-int8` (the `export` extra) adds this
 model exported to ONNX by training/export.py and run by ONNX Runtime, int8 by its dynamic quantization, inside the
-same generate() loop.
+same generate() loop (greedy and beam 4; with --model too).
 Our model runs as loaded (sdpa; on CPU the oneDNN linear kernel) and, on CPU, with the opt-in int8 kernel and
 with torch's default kernel ("aten") to show what the kernel choice buys. Ratios are taken within one run.
 
@@ -62,6 +62,7 @@ GPU_SYSTEMS = ("ours", "ours-static", "marian", "marian-static", "ct2-bfloat16",
 OURS_KERNELS = {"ours": "auto", "ours-int8": "int8", "ours-aten": "aten", "ours-onednn": "onednn"}
 EXTRA_CPU = ("ours-onednn", "ours-static", "marian-static", "onnx-float32", "onnx-int8")
 REAL_SYSTEMS = ("ours", "ours-int8", "marian", "ct2-float32", "ct2-int8")
+REAL_EXTRA = ("onnx-float32", "onnx-int8")  # opt-in (the `export` extra): our generate() on ONNX Runtime programs
 REAL_COLUMNS = ["system", "wall_s", "new_tokens_per_s", "vs_ct2", "forward_calls", "rows_per_sentence",
                 "rows_per_new_token", "bleu"]  # fmt: skip
 COLUMNS = ["mode", "system", "batch", "new_tokens", "median_s", "new_tokens_per_s", "vs_marian", "vs_ct2"]
@@ -138,8 +139,10 @@ def check_arguments(args: argparse.Namespace, device: torch.device) -> None:
         raise SystemExit(f"--model {args.model}: not a model folder (no config.json)")
     if args.model:
         real = [s for s in (args.systems or ",".join(REAL_SYSTEMS)).split(",") if s]
-        if set(real) - set(REAL_SYSTEMS):
-            raise SystemExit(f"--systems with --model takes {', '.join(REAL_SYSTEMS)}, got {args.systems!r}")
+        if set(real) - set(REAL_SYSTEMS + REAL_EXTRA):
+            raise SystemExit(
+                f"--systems with --model takes {', '.join(REAL_SYSTEMS + REAL_EXTRA)}, got {args.systems!r}"
+            )
         args.real_systems = real
         return
     args.modes, args.systems = modes, systems
@@ -243,7 +246,6 @@ def speed_rows(args, device, env) -> list[dict]:
             translators[system] = onnx_model(ours, system[5:], args.threads)
     rows = []
     jobs = [(mode, system) for mode in args.modes for system in args.systems if translators.get(system, 1)]
-    jobs = [(m, s) for m, s in jobs if not (m == "beam4" and s.startswith("onnx-"))]  # greedy only: training/export.py
     for mode, system in tqdm(jobs, desc="generate benchmark", unit="run", file=sys.stderr):
         beams, batch = (4 if mode == "beam4" else 1), size[mode]
         g = torch.Generator().manual_seed(1)
@@ -437,6 +439,11 @@ def real_rows(args, device) -> list[dict]:
         elif system == "marian":
             counter = DecoderRows(twin.model.decoder)
             run = functools.partial(hf_pass, twin, marian_settings)
+        elif system.startswith("onnx-"):  # the paper's decoding (the model's generation config), ONNX Runtime calls
+            exported = onnx_model(model, system[5:], args.threads)
+            if exported is None:
+                continue
+            run = functools.partial(hf_pass, exported, lambda mask: {})
         else:
             if device.type == "cpu":
                 model.set_cpu_kernel("int8" if system == "ours-int8" else "auto")

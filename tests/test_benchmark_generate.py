@@ -77,9 +77,9 @@ def test_smoke_run_writes_rows_tables_and_ratios(tmp_path):
     assert len(list(tmp_path.glob("generate-cpu*.jsonl"))) == 2  # the first results are kept
 
 
-def test_real_data_smoke_run_decodes_every_sentence_with_every_system(tmp_path):
-    """The real-data mode on a random tiny model folder and a 12-line Moses-style test set: one row per system with
-    wall time, tokens/s, decoder calls and rows, BLEU; ours computes fewer rows than Marian's loop."""
+def real_data_argv(tmp_path, paper_decoding: bool = False) -> list[str]:
+    """A random tiny model folder (its generation config transformers' greedy default, or the paper's beam 4) and a
+    12-line Moses-style test set: the real-data mode's arguments."""
     from training.corpus import default_corpus
     from training.tokenizer import train_tokenizer
 
@@ -90,12 +90,20 @@ def test_real_data_smoke_run_decodes_every_sentence_with_every_system(tmp_path):
     model = VaswaniForConditionalGeneration(
         VaswaniConfig(vocab_size=len(tokenizer), d_model=32, d_ff=64, h=4, encoder_layers=2, decoder_layers=2)
     )
+    if paper_decoding:
+        model.use_paper_decoding()
     folder = tmp_path / "model"
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     for lang in ("en", "de"):
         (tmp_path / f"test.{lang}").write_text("".join(r[lang] + "\n" for r in pairs["test"]["translation"]))
-    argv = ["--device", "cpu", "--model", str(folder), "--test_file", str(tmp_path / "test"), "--repeats", "1"]
+    return ["--device", "cpu", "--model", str(folder), "--test_file", str(tmp_path / "test"), "--repeats", "1"]
+
+
+def test_real_data_smoke_run_decodes_every_sentence_with_every_system(tmp_path):
+    """The real-data mode on a random tiny model folder and a 12-line Moses-style test set: one row per system with
+    wall time, tokens/s, decoder calls and rows, BLEU; ours computes fewer rows than Marian's loop."""
+    argv = real_data_argv(tmp_path)
     rows = generate_main([*argv, "--batch_tokens", "60", "--out_dir", str(tmp_path)])
     systems = {r["system"]: r for r in rows}
     expected = {"ours", "ours-int8", "marian"} | ({"ct2-float32", "ct2-int8"} if "ct2-int8" in systems else set())
@@ -105,6 +113,17 @@ def test_real_data_smoke_run_decodes_every_sentence_with_every_system(tmp_path):
     assert 0 < systems["ours"]["rows_per_sentence"] < systems["marian"]["rows_per_sentence"]
     [jsonl] = tmp_path.glob("generate-real-cpu*.jsonl")
     assert len(jsonl.read_text().splitlines()) == len(rows)
+
+
+def test_real_data_onnx_runtime_decodes_what_ours_decodes(tmp_path):
+    """`--systems ours,onnx-float32` with the paper's beam 4: the ONNX Runtime programs inside our generate() give
+    our translations (the same BLEU and chrF on the same sentences, the same number of new tokens)."""
+    pytest.importorskip("onnxruntime")
+    argv = [*real_data_argv(tmp_path, paper_decoding=True), "--systems", "ours,onnx-float32"]
+    rows = {r["system"]: r for r in generate_main([*argv, "--batch_tokens", "60", "--out_dir", str(tmp_path)])}
+    assert set(rows) == {"ours", "onnx-float32"}
+    for key in ("new_tokens", "bleu", "chrf", "sentences", "batches"):
+        assert rows["onnx-float32"][key] == rows["ours"][key], key
 
 
 @pytest.mark.parametrize(
