@@ -6,7 +6,7 @@ What it adds to `Seq2SeqTrainer`, each because Trainer lacks it:
   same value (tests/test_loss.py compares the two), but the model's fused loss never builds the logits that
   `LabelSmoother` needs;
 - the plain NLL and perplexity logged next to the label-smoothed loss that training minimises;
-- source + target tokens counted on the device (no sync) for a tokens/s figure;
+- source + target tokens counted on the device (no sync) for a tokens/s figure, with and without padding;
 - complete checkpoints (training/checkpoints.py): a marker recording every file's size and hash is written last,
   so a kill mid-write or a damaged file never resumes from half a checkpoint;
 - a progress bar that shows loss and learning rate instead of printing a dict per log line;
@@ -36,6 +36,7 @@ class VaswaniTrainer(CompleteCheckpointsMixin, TokenBudgetTrainerMixin, PaperSch
         self._nll_sum: torch.Tensor | None = None
         self._nll_since = 0
         self.tokens_seen = torch.zeros((), dtype=torch.long, device=self.args.device)
+        self.padded_tokens_seen = torch.zeros((), dtype=torch.long, device=self.args.device)
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         if "labels" in inputs:
@@ -49,11 +50,16 @@ class VaswaniTrainer(CompleteCheckpointsMixin, TokenBudgetTrainerMixin, PaperSch
             else:
                 nll = nll / self.current_gradient_accumulation_steps
             self._nll_sum = nll if self._nll_sum is None else self._nll_sum + nll
-            labels = inputs.get("labels")
-            mask = inputs.get("attention_mask")
-            if labels is not None and mask is not None:
-                self.tokens_seen += mask.sum() + labels.ne(-100).sum()
+            self.count_tokens(inputs)
         return (loss, outputs) if return_outputs else loss
+
+    def count_tokens(self, inputs: dict[str, Any]) -> None:
+        """Add a training micro-batch to `tokens_seen` (real source + target tokens) and `padded_tokens_seen` (the
+        same with padding: the tensors' sizes), on the device, without a sync."""
+        labels, mask = inputs.get("labels"), inputs.get("attention_mask")
+        if labels is not None and mask is not None:
+            self.tokens_seen += mask.sum() + labels.ne(-100).sum()
+            self.padded_tokens_seen += mask.numel() + labels.numel()
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         if "loss" in logs and self._nll_sum is not None:

@@ -1,0 +1,637 @@
+"""Translation quality at an equal training budget: this model against its Marian twin, each under its own recipe,
+plus this model under Marian's learning-rate curve (so that recipe and code can be told apart); then every test set
+decoded with each system's default decoding and scored with sacreBLEU.
+
+    # seconds on a CPU: the tiny model on a few hundred generated pairs (tests/test_quality.py runs it)
+    python -m benchmarks.quality --smoke
+    # the CPU budget of the Multi30k reference (../shared/data/multi30k/README.md): 1,700 steps of 8,192 padded
+    # tokens per side for each system, hours on 2 cores; one system per call, then the report (nothing retrains)
+    python -m benchmarks.quality --systems ours --train_only
+    python -m benchmarks.quality --systems ours-marian-lr --train_only
+    python -m benchmarks.quality --systems marian --train_only
+    python -m benchmarks.quality --test ../shared/data/multi30k/test_2016_flickr --test path/to/another/set
+    # the GPU form (benchmarks/gpu.sh): the base preset, bf16
+    python -m benchmarks.quality --device cuda --bf16 --model_config configuration/base.json --p_drop 0.3
+
+The budget. Every system trains on the same pairs (one shared BPE, trained once, the same length filter), in the
+same token-budget batches (training/batching.py: the same sampler, seed and budget, so the same batches in the same
+order, padding counted the same way), for the same number of optimizer steps, from the same seed. Ours and the
+twin start from the same weights: the twin is built from ours (benchmarks/twins.py's `copy_weights`) except its
+sinusoid position tables, which Marian never saves and recomputes in its own layout when a checkpoint loads, so
+the twin keeps its own. Each run records the real and the padded source + target tokens it trained on and its
+steps; the report refuses systems whose counts differ.
+
+The systems.
+- "ours": `VaswaniForConditionalGeneration` through training/train.py's own Trainer set-up (`build_trainer`:
+  VaswaniTrainer, the §5.3 schedule, ε_ls in the fused loss) under --recipe (configuration/recipe_small.json),
+  only the budget (--max_steps, --max_tokens_per_step) and the seed overridden. Its default decoding is the paper's
+  (beam 4, GNMT α 0.6, at most |source| + 50 tokens) on the average of the last `save_total_limit` checkpoints, as
+  the recipe keeps them (§6.1); the last checkpoint is scored too.
+- "ours-marian-lr": the same, under Marian's learning-rate curve: linear warmup over --marian_warmup steps to
+  --marian_peak_lr, then inverse square root (fairseq's inverse_sqrt, which is the §5.3 formula with
+  lr_scale = peak · √(d_model · warmup)).
+- "marian": transformers' `MarianMTModel` (the twin) under the reference recipe of ../shared/data/multi30k: the same
+  Trainer set-up and batches, Marian's learning-rate curve, ε_ls 0.1 through Trainer's own `LabelSmoother` (Marian's
+  loss is plain cross-entropy), dropout as the preset; its default decoding is transformers' beam search (beam 4,
+  length_penalty 0.6 on |Y|^α, early_stopping False, at most the batch's longest source + 50 new tokens) on the last
+  checkpoint; the average of the last checkpoints is scored too.
+
+Validation BLEU is measured during training every `eval_steps` (the recipe's, or --eval_steps) with each system's
+decoding, for the curve. At the end the validation set and every --test set (Moses-style `prefix.{src,tgt}[.gz]`,
+any number) are decoded in full with training/evaluate.py (length-sorted batches of ≤ 4,000 source tokens) and
+scored with sacreBLEU (BLEU with its signature, chrF).
+
+Per (system, checkpoint, set) one row: bleu, chrf, signature, steps, tokens_seen (real source + target tokens),
+padded_tokens_seen, train_seconds (Trainer's train_runtime), decode_seconds, the learning-rate curve, the
+validation-BLEU curve, and the hardware (CPU model, ISA flags, threads; GPU). Files:
+benchmarks/results/quality-<hardware>-<date>.{jsonl,md,png} (never overwritten; the PNG: validation BLEU against
+steps, one line per system). Runs live in --runs_dir (git-ignored runs/quality by default); a system whose run is
+complete there is not trained again, and runs of other settings are refused (--overwrite replaces them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+MULTI30K = next(
+    (p for p in (ROOT.parent / "shared/data/multi30k", ROOT / "shared/data/multi30k") if p.is_dir()),
+    ROOT.parent / "shared/data/multi30k",
+)
+SYSTEMS = ("ours", "ours-marian-lr", "marian")
+RECIPES = {
+    "ours": "recipe (§5.3 schedule, lr_scale and warmup of the recipe), ε_ls in the model's loss",
+    "ours-marian-lr": "recipe, but Marian's learning-rate curve",
+    "marian": "Marian reference: inverse_sqrt (linear warmup to the peak), ε_ls by Trainer's LabelSmoother",
+}
+DEFAULT_CHECKPOINT = {"ours": "average", "ours-marian-lr": "average", "marian": "last"}
+RUN_RECORD = "quality_run.json"
+ISA_FLAGS = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_tile")
+# what --smoke changes (explicit flags still win): the tiny model on generated data, a few steps
+SMOKE = {
+    "max_steps": 6,
+    "max_tokens_per_step": 400,
+    "vocab_size": 300,
+    "max_length": 48,
+    "marian_warmup": 3,
+    "warmup_steps": 3,
+    "save_steps": 2,
+    "save_total_limit": 2,
+    "eval_steps": 3,
+    "logging_steps": 2,
+    "max_eval_samples": 12,
+    "max_test_samples": 12,
+    "threads": 1,
+}
+TABLE = [
+    "system",
+    "checkpoint",
+    "default",
+    "set",
+    "bleu",
+    "chrf",
+    "steps",
+    "tokens_seen",
+    "padded_tokens_seen",
+    "peak_lr",
+    "train_seconds",
+    "decode_seconds",
+]
+
+
+# ---- settings ----
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks.quality", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    a = p.add_argument
+    a("--recipe", default=str(ROOT / "configuration/recipe_small.json"), help="our recipe (default recipe_small)")
+    a("--train_file", help=f"training pairs, Moses prefix / .jsonl / .tsv (default {MULTI30K}/train)")
+    a("--validation_file", help=f"validation pairs (default {MULTI30K}/val)")
+    a("--test", action="append", default=[], help="a test set's Moses prefix (prefix.SRC, prefix.TGT, .gz or not); "
+      f"repeat for more (default {MULTI30K}/test_2016_flickr)")  # fmt: skip
+    a("--source_lang", default="en")
+    a("--target_lang", default="de")
+    a("--systems", default=",".join(SYSTEMS), help=f"comma-separated subset of {', '.join(SYSTEMS)}")
+    a("--max_steps", type=int, default=1700, help="optimizer steps, every system (default 1,700: the reference's)")
+    a("--max_tokens_per_step", type=int, default=8192, help="padded tokens per side and step (default 8,192)")
+    a("--seed", type=int, default=0, help="weights, dropout and batch order, every system")
+    a("--marian_peak_lr", type=float, default=1e-3, help="Marian's peak learning rate (reference: 1e-3)")
+    a("--marian_warmup", type=int, default=600, help="Marian's linear warmup steps (reference: 600)")
+    a("--model_config", help="model preset JSON instead of the recipe's (e.g. configuration/base.json)")
+    a("--p_drop", type=float, help="dropout instead of the preset's")
+    a("--vocab_size", type=int, help="shared BPE size instead of the recipe's")
+    a("--max_length", type=int, help="length filter instead of the recipe's")
+    a("--warmup_steps", type=int, help="our warmup instead of the recipe's")
+    a("--save_steps", type=int, help="checkpoint interval instead of the recipe's")
+    a("--save_total_limit", type=int, help="checkpoints kept and averaged instead of the recipe's")
+    a("--eval_steps", type=int, help="validation interval (the curve) instead of the recipe's")
+    a("--logging_steps", type=int, help="training-loss log interval instead of the recipe's")
+    a("--max_eval_samples", type=int, help="validation pairs used during training (default: the recipe's)")
+    a("--max_test_samples", type=int, help="decode only the first N pairs of each set at the end")
+    a("--bf16", action="store_true", help="bfloat16 mixed precision (GPU)")
+    a("--device", help="cpu, cuda or cuda:N (default: cuda if visible)")
+    a("--threads", type=int, help="torch CPU threads")
+    a("--runs_dir", help="where the runs go (default runs/quality; --smoke: a fresh temporary folder)")
+    a("--out_dir", help="folder for the .jsonl, .md and .png results (default benchmarks/results)")
+    a("--train_only", action="store_true", help="train the systems and stop (report later, nothing retrains)")
+    a("--overwrite", action="store_true", help="replace runs of other settings in --runs_dir")
+    a("--note", default="", help="recorded in every row and the table's header (e.g. how the run was isolated)")
+    a("--smoke", action="store_true", help="seconds: tiny model, generated data, 6 steps per system")
+    return p
+
+
+def parse_systems(text: str) -> list[str]:
+    items = [x.strip() for x in text.split(",") if x.strip()]
+    unknown = [x for x in items if x not in SYSTEMS]
+    if not items or unknown:
+        raise SystemExit(f"--systems {text!r}: expected a comma-separated subset of {', '.join(SYSTEMS)}")
+    return list(dict.fromkeys(items))
+
+
+def moses_files(prefix: str, lang: str) -> Path | None:
+    for suffix in ("", ".gz"):
+        path = Path(f"{prefix}.{lang}{suffix}")
+        if path.is_file():
+            return path
+    return None
+
+
+def check_tests(args: argparse.Namespace) -> None:
+    """Every --test prefix must have both language files (before any training)."""
+    for prefix in args.test:
+        missing = [lang for lang in (args.source_lang, args.target_lang) if moses_files(prefix, lang) is None]
+        if missing:
+            raise SystemExit(
+                f"--test {prefix}: no {' or '.join(f'{prefix}.{lang}[.gz]' for lang in missing)} (a test set is a "
+                "Moses prefix: prefix.SRC and prefix.TGT, optionally gzipped)"
+            )
+
+
+def smoke_data(folder: Path, args: argparse.Namespace) -> None:
+    """Generated pairs (training/corpus.py) as JSON-lines train/validation files, a Moses test set, and the tiny
+    preset at d_model 32 (what tests/tiny_runs.py trains)."""
+    from training.corpus import default_corpus
+
+    folder.mkdir(parents=True, exist_ok=True)
+    corpus = default_corpus(seed=1, train_size=600, validation_size=20, test_size=12)
+    for split in ("train", "validation"):
+        rows = corpus[split]["translation"]
+        (folder / f"{split}.jsonl").write_text("".join(json.dumps({"translation": r}) + "\n" for r in rows))
+    for lang in (args.source_lang, args.target_lang):
+        (folder / f"test.{lang}").write_text("".join(r[lang] + "\n" for r in corpus["test"]["translation"]))
+    tiny = json.loads((ROOT / "configuration/tiny.json").read_text())
+    (folder / "model.json").write_text(json.dumps({**tiny, "d_model": 32, "d_ff": 64, "h": 2}))
+    args.train_file = args.train_file or str(folder / "train.jsonl")
+    args.validation_file = args.validation_file or str(folder / "validation.jsonl")
+    args.test = args.test or [str(folder / "test")]
+    args.model_config = args.model_config or str(folder / "model.json")
+
+
+def resolve(args: argparse.Namespace) -> argparse.Namespace:
+    """Defaults, --smoke's sizes, and every check that can fail before training starts."""
+    args.systems = parse_systems(args.systems)
+    if args.smoke:
+        for key, value in SMOKE.items():  # a flag given on the command line wins
+            if key not in args.given:
+                setattr(args, key, value)
+        if args.runs_dir is None:
+            import tempfile
+
+            args.runs_dir = tempfile.mkdtemp(prefix="quality-smoke-")
+        smoke_data(Path(args.runs_dir) / "data", args)
+        args.device = args.device or "cpu"
+    args.train_file = args.train_file or str(MULTI30K / "train")
+    args.validation_file = args.validation_file or str(MULTI30K / "val")
+    args.test = args.test or [str(MULTI30K / "test_2016_flickr")]
+    args.runs_dir = Path(args.runs_dir or ROOT / "runs/quality")
+    for key in ("max_steps", "max_tokens_per_step", "marian_warmup"):
+        if getattr(args, key) < 1:
+            raise SystemExit(f"--{key} must be a positive integer, got {getattr(args, key)}")
+    if not (math.isfinite(args.marian_peak_lr) and args.marian_peak_lr > 0):
+        raise SystemExit(f"--marian_peak_lr must be a positive number, got {args.marian_peak_lr}")
+    if args.p_drop is not None and not 0 <= args.p_drop < 1:
+        raise SystemExit(f"--p_drop must be in [0, 1), got {args.p_drop}")
+    if args.max_test_samples is not None and args.max_test_samples < 1:
+        raise SystemExit(f"--max_test_samples must be a positive integer, got {args.max_test_samples}")
+    if not args.train_only:
+        check_tests(args)
+    return args
+
+
+def model_config_file(args: argparse.Namespace, recipe: dict[str, Any]) -> str:
+    """The preset to train: --model_config or the recipe's, with --p_drop written into a copy in the runs folder."""
+    path = Path(args.model_config or ROOT / recipe["model_config"])
+    if args.p_drop is None:
+        return str(path)
+    fields = json.loads(path.read_text())
+    fields["p_drop"] = args.p_drop
+    copy = args.runs_dir / f"{path.stem}-p_drop{args.p_drop:g}.json"
+    copy.parent.mkdir(parents=True, exist_ok=True)
+    copy.write_text(json.dumps(fields, indent=2))
+    return str(copy)
+
+
+def marian_lr_scale(peak: float, warmup: int, d_model: int) -> float:
+    """The §5.3 lr_scale whose curve is fairseq's inverse_sqrt with this peak and warmup: the §5.3 formula peaks at
+    d_model^-0.5 · warmup^-0.5 at step = warmup, rising linearly before and falling as step^-0.5 after."""
+    return peak * math.sqrt(d_model * warmup)
+
+
+def system_settings(args: argparse.Namespace, system: str, out: Path) -> dict[str, Any]:
+    """training/train.py's settings for `system` (its parser and checks), the budget and seed set for all."""
+    from training.train import build_parser as train_parser
+    from training.train import read_recipe, resolve_settings
+
+    recipe = read_recipe(args.recipe)
+    argv = ["--recipe", args.recipe, "--output_dir", str(out), "--train_file", args.train_file,
+            "--validation_file", args.validation_file, "--source_lang", args.source_lang,
+            "--target_lang", args.target_lang, "--max_steps", str(args.max_steps),
+            "--max_tokens_per_step", str(args.max_tokens_per_step), "--seed", str(args.seed),
+            "--model_config", model_config_file(args, recipe)]  # fmt: skip
+    for key in ("vocab_size", "max_length", "warmup_steps", "save_steps", "save_total_limit", "eval_steps",
+                "logging_steps", "max_eval_samples"):  # fmt: skip
+        if getattr(args, key) is not None:
+            argv += [f"--{key}", str(getattr(args, key))]
+    if args.bf16:
+        argv.append("--bf16")
+    if args.device:
+        argv += ["--device", args.device]
+    s = resolve_settings(train_parser(args.recipe).parse_args(argv))
+    d_model = json.loads(Path(s["model_config"]).read_text())["d_model"]
+    if system != "ours":
+        s["warmup_steps"] = args.marian_warmup
+        s["lr_scale"] = marian_lr_scale(args.marian_peak_lr, args.marian_warmup, d_model)
+    s["peak_lr"] = s["lr_scale"] * (d_model * s["warmup_steps"]) ** -0.5
+    return s
+
+
+# ---- the Marian twin under Trainer ----
+
+
+def marian_classes():
+    """(MarianDefaults, TwinTrainer), built on first use so that --help needs neither torch nor transformers."""
+    from transformers import MarianMTModel, Seq2SeqTrainer
+    from transformers.trainer_pt_utils import LabelSmoother
+
+    from training.trainer import VaswaniTrainer
+
+    class MarianDefaults(MarianMTModel):
+        """MarianMTModel whose generate() stops at the batch's longest source + 50 new tokens unless told a limit
+        (the reference's "max length source + 50"; transformers has no per-sentence limit)."""
+
+        def generate(self, input_ids=None, **kwargs):
+            if input_ids is not None and not {"max_new_tokens", "max_length"} & set(kwargs):
+                kwargs["max_new_tokens"] = input_ids.shape[1] + 50
+            return super().generate(input_ids=input_ids, **kwargs)
+
+    class TwinTrainer(VaswaniTrainer):
+        """VaswaniTrainer (the same batches, schedule, checkpoints and token counts) for the Marian twin: ε_ls goes
+        through Trainer's own LabelSmoother, as Marian's loss is plain cross-entropy."""
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            eps = self.args.label_smoothing_factor
+            self.label_smoother = LabelSmoother(epsilon=eps) if eps else None
+
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            if model.training:
+                self.count_tokens(inputs)
+            return Seq2SeqTrainer.compute_loss(
+                self, model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch
+            )
+
+    return MarianDefaults, TwinTrainer
+
+
+def marian_twin_of(ours, tokenizer):
+    """The twin of `ours` with its weights (Marian's own sinusoid tables kept) and the reference's decoding."""
+    from transformers import GenerationConfig
+
+    from benchmarks.twins import copy_weights, marian_twin_config
+
+    MarianDefaults, _ = marian_classes()
+    twin = MarianDefaults(marian_twin_config(ours.config))
+    own = {k: v.clone() for k, v in twin.state_dict().items() if "embed_positions" in k}
+    copy_weights(ours, twin)
+    twin.load_state_dict(own, strict=False)
+    twin.generation_config = GenerationConfig(
+        num_beams=4,
+        length_penalty=0.6,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        decoder_start_token_id=ours.config.decoder_start_token_id,
+    )
+    return twin.to(ours.device).train(ours.training)
+
+
+def twin_trainer(trainer, tokenizer):
+    """A TwinTrainer on the twin of `trainer`'s model, with everything else of `trainer` (arguments, data,
+    metrics, token budget, schedule, callbacks)."""
+    from transformers import DataCollatorForSeq2Seq
+    from transformers.trainer_callback import ProgressCallback
+
+    from training.train import rounded_progress_callback
+
+    _, TwinTrainer = marian_classes()
+    twin = marian_twin_of(trainer.model, tokenizer)
+    twin_trainer = TwinTrainer(
+        model=twin,
+        args=trainer.args,
+        train_dataset=trainer.train_dataset,
+        eval_dataset=trainer.eval_dataset,
+        data_collator=DataCollatorForSeq2Seq(tokenizer, model=twin, label_pad_token_id=-100),
+        processing_class=tokenizer,
+        compute_metrics=trainer.compute_metrics,
+        max_tokens=trainer.max_tokens,
+        d_model=trainer.d_model,
+        warmup_steps=trainer.warmup_steps,
+    )
+    twin_trainer.remove_callback(ProgressCallback)
+    twin_trainer.add_callback(rounded_progress_callback())
+    return twin_trainer
+
+
+# ---- training ----
+
+
+def shared_tokenizer(args: argparse.Namespace, s: dict[str, Any], raw) -> Path:
+    """The one BPE every system uses, trained once into runs_dir/tokenizer."""
+    from training.tokenizer import train_tokenizer_for
+
+    folder = args.runs_dir / "tokenizer"
+    if not (folder / "tokenizer.json").is_file():
+        train_tokenizer_for(raw, args.source_lang, args.target_lang, s["vocab_size"]).save_pretrained(folder)
+    return folder
+
+
+def comparable(s: dict[str, Any]) -> dict[str, Any]:
+    """The settings that decide a run (a complete run of other settings is not reused)."""
+    drop = ("output_dir", "device", "use_cpu", "overwrite_output_dir", "resume", "debug", "num_workers")
+    return json.loads(json.dumps({k: v for k, v in s.items() if k not in drop}, default=str))
+
+
+def train_system(system: str, s: dict[str, Any], raw, tokenizer_dir: Path, args: argparse.Namespace) -> dict:
+    """Train `system` in runs_dir/<system> (unless a complete run of these settings is there) and return its
+    record: steps, tokens seen, times, the validation curve."""
+    out = args.runs_dir / system
+    record_path = out / RUN_RECORD
+    if record_path.is_file():
+        record = json.loads(record_path.read_text())
+        if record["settings"] == comparable(s):
+            print(f"{system}: complete run in {out}, not trained again", flush=True)
+            return record
+    if out.exists() and any(out.iterdir()):
+        if not args.overwrite:
+            raise SystemExit(
+                f"{out} holds a run of other settings (or an unfinished one): pass --overwrite to replace it, "
+                "or another --runs_dir"
+            )
+        shutil.rmtree(out)
+    from accelerate import PartialState
+
+    from training.train import build_trainer, select_device
+
+    use_cpu = select_device(s)
+    state = PartialState(cpu=use_cpu)
+    out.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(tokenizer_dir, out / "tokenizer")  # build_trainer uses it instead of training its own
+    trainer, _, tokenizer, drop_stats, signatures = build_trainer(s, state, raw, out, use_cpu)
+    if system == "marian":
+        trainer = twin_trainer(trainer, tokenizer)
+    print(f"{system}: training {s['max_steps']} steps, peak lr {s['peak_lr']:.3g}, in {out}", flush=True)
+    started = time.perf_counter()
+    result = trainer.train()
+    wall = time.perf_counter() - started
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    history = trainer.state.log_history
+    record = {
+        "system": system,
+        "steps": trainer.state.global_step,
+        "tokens_seen": int(trainer.tokens_seen.item()),
+        "padded_tokens_seen": int(trainer.padded_tokens_seen.item()),
+        "train_seconds": round(result.metrics["train_runtime"], 1),
+        "train_wall_seconds": round(wall, 1),
+        "final_train_loss": result.metrics.get("train_loss"),
+        "val_curve": [[r["step"], r["eval_bleu"]] for r in history if "eval_bleu" in r],
+        "val_loss_curve": [[r["step"], r["eval_loss"]] for r in history if "eval_loss" in r],
+        "lr_curve": [[r["step"], r["learning_rate"]] for r in history if "learning_rate" in r],
+        "train_loss_curve": [[r["step"], r["loss"]] for r in history if "loss" in r],
+        "signatures": signatures,
+        "dropped_pairs": drop_stats,
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "settings": comparable(s),
+    }
+    record_path.write_text(json.dumps(record, indent=2))
+    return record
+
+
+# ---- decoding ----
+
+
+def averaged_model(system: str, run: Path, last: int, device: str):
+    """(model, tokenizer) averaging the run's last `last` complete checkpoints, or None when it has fewer. Ours goes
+    through `python -m training.average` (a model folder, written once); the twin's checkpoints lack the position
+    tables Marian recomputes, which that command's folder check refuses, so its average is loaded in memory from
+    the same `average_checkpoints`."""
+    from training.average import average_checkpoints, checkpoint_step, complete_checkpoints
+
+    done = complete_checkpoints(run)
+    if len(done) < last:
+        print(f"{system}: {len(done)} complete checkpoint(s), fewer than {last}: no average", flush=True)
+        return None
+    chosen = done[-last:]
+    if system == "marian":
+        model, tokenizer = load_for_decoding(system, chosen[-1], device)
+        averaged = average_checkpoints(chosen, progress=False)
+        missing, unexpected = model.load_state_dict(averaged, strict=False)
+        state = model.state_dict()
+        loaded = {state[k].data_ptr() for k in averaged}  # a missing name may be a tie of a loaded tensor
+        lacking = [k for k in missing if "embed_positions" not in k and state[k].data_ptr() not in loaded]
+        if unexpected or lacking:
+            raise RuntimeError(f"averaged twin: tensors missing {lacking}, unexpected {unexpected}")
+        return model.to(device).eval(), tokenizer
+    from training.average import main as average
+
+    folder = run / f"average-last{last}"
+    record = folder / "averaging.json"
+    if not record.is_file() or json.loads(record.read_text())["steps"] != [checkpoint_step(p) for p in chosen]:
+        average([str(run), "--last", str(last), "--output_dir", str(folder), "--overwrite", "--quiet"])
+    return load_for_decoding(system, folder, device)
+
+
+def load_for_decoding(system: str, folder: Path, device: str):
+    """(model, tokenizer) of a model folder, each system with its own class and generation config."""
+    from training.evaluate import load_model
+
+    if system != "marian":
+        return load_model(str(folder), device)
+    from transformers import AutoTokenizer
+
+    MarianDefaults, _ = marian_classes()
+    return MarianDefaults.from_pretrained(folder).to(device).eval(), AutoTokenizer.from_pretrained(folder)
+
+
+def read_set(prefix: str, args: argparse.Namespace) -> tuple[list[str], list[str]]:
+    from training.data import load_parallel
+
+    part = next(
+        iter(load_parallel(test_file=prefix, source_lang=args.source_lang, target_lang=args.target_lang).values())
+    )
+    rows = part["translation"][: args.max_test_samples] if args.max_test_samples else part["translation"]
+    return [r[args.source_lang] or "" for r in rows], [r[args.target_lang] or "" for r in rows]
+
+
+def decode_all(args: argparse.Namespace, records: dict[str, dict], device: str) -> list[dict]:
+    """Every system (last checkpoint and average) on the validation set and every --test set."""
+    from training.evaluate import evaluate_model
+
+    sets = {"val": read_set(args.validation_file, args)}
+    for prefix in args.test:
+        name = Path(prefix).name
+        sets[name if name not in sets else prefix] = read_set(prefix, args)
+    rows = []
+    for system, record in records.items():
+        run = args.runs_dir / system
+        last = record["settings"].get("save_total_limit", 5)
+        for checkpoint in ("last", "average"):
+            if checkpoint == "last":
+                loaded = load_for_decoding(system, run, device)
+            else:
+                loaded = averaged_model(system, run, last, device)
+            if loaded is None:
+                continue
+            model, tokenizer = loaded
+            for name, (sources, references) in sets.items():
+                result = evaluate_model(model, tokenizer, sources, references, progress=False)
+                row = {
+                    "benchmark": "quality",
+                    "system": system,
+                    "recipe": RECIPES[system],
+                    "checkpoint": checkpoint if checkpoint == "last" else f"average of last {last}",
+                    "default": DEFAULT_CHECKPOINT[system] == checkpoint,
+                    "set": name,
+                    "sentences": len(sources),
+                    "bleu": round(result["bleu"], 2),
+                    "chrf": round(result["chrf"], 2),
+                    "signature": result["signature"],
+                    "chrf_signature": result["chrf_signature"],
+                    "decoding": {k: v for k, v in result["decoding"].items() if v is not None},
+                    "decode_seconds": result["wall_seconds"],
+                    **{k: record[k] for k in ("steps", "tokens_seen", "padded_tokens_seen", "train_seconds")},
+                    "max_tokens_per_step": record["settings"]["max_tokens_per_step"],
+                    "seed": record["settings"]["seed"],
+                    "peak_lr": record["settings"]["peak_lr"],
+                    "warmup_steps": record["settings"]["warmup_steps"],
+                    "lr_scale": record["settings"]["lr_scale"],
+                    "val_curve": record["val_curve"],
+                    "val_loss_curve": record["val_loss_curve"],
+                    "note": args.note,
+                }
+                print(json.dumps({k: row[k] for k in ("system", "checkpoint", "set", "bleu", "chrf")}), flush=True)
+                rows.append(row)
+            del model
+    return rows
+
+
+def hardware(device_name: str) -> dict:
+    """benchmarks/common.py's environment, with the CPU's ISA flags and core count."""
+    import torch
+
+    from benchmarks.common import environment
+
+    env = environment(torch.device(device_name.split(":")[0]))
+    try:
+        flags = next(
+            line.split(":", 1)[1].split()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("flags")
+        )
+        env["cpu_isa"] = [f for f in ISA_FLAGS if f in flags]
+    except (OSError, StopIteration):
+        env["cpu_isa"] = None
+    env["cpu_cores"] = os.cpu_count()
+    return env
+
+
+def plot(records: dict[str, dict], path: Path, title: str) -> None:
+    """Validation BLEU against steps, one line per system."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for system, record in records.items():
+        if record["val_curve"]:
+            steps, bleu = zip(*record["val_curve"], strict=True)
+            ax.plot(steps, bleu, marker="o", ms=3, label=f"{system} (peak lr {record['settings']['peak_lr']:.3g})")
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel("validation BLEU (each system's decoding)")
+    ax.grid(alpha=0.3)
+    if ax.lines:
+        ax.legend(loc="lower right")
+    ax.set_title(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser().parse_args(argv)
+    args.given = {a.split("=")[0].lstrip("-") for a in argv if a.startswith("--")}
+    args = resolve(args)
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    from benchmarks.common import set_threads
+
+    set_threads(args.threads)
+    settings = {system: system_settings(args, system, args.runs_dir / system) for system in args.systems}
+    first = settings[args.systems[0]]
+    from training.data import load_parallel
+
+    raw = load_parallel(train_file=first["train_file"], validation_file=first["validation_file"],
+                        source_lang=args.source_lang, target_lang=args.target_lang)  # fmt: skip
+    args.runs_dir.mkdir(parents=True, exist_ok=True)
+    tokenizer_dir = shared_tokenizer(args, first, raw)
+    records = {system: train_system(system, settings[system], raw, tokenizer_dir, args) for system in args.systems}
+    budgets = {s: (r["steps"], r["tokens_seen"], r["padded_tokens_seen"]) for s, r in records.items()}
+    if len(set(budgets.values())) != 1:
+        raise SystemExit(f"the systems did not train on the same budget (steps, tokens, padded tokens): {budgets}")
+    if args.train_only:
+        return []
+
+    import torch
+
+    device = first.get("device") or ("cuda" if torch.cuda.is_available() else "cpu")
+    env = hardware(device)
+    env["isolation"] = args.note or "not stated"
+    rows = decode_all(args, records, device)
+    from benchmarks.common import free_path, markdown_table, save_results
+
+    table = markdown_table(rows, TABLE)
+    print(table)
+    jsonl, md = save_results("quality", env, rows, table, args.out_dir)
+    png = free_path(jsonl.parent, jsonl.stem, ".png")
+    plot(records, png, f"{', '.join(records)}: {first['max_steps']} steps × {first['max_tokens_per_step']} tokens")
+    print(f"saved {jsonl}, {md} and {png}")
+    return rows
+
+
+if __name__ == "__main__":
+    from training.errors import run_command
+
+    run_command(main)

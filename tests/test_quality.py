@@ -1,0 +1,139 @@
+"""benchmarks/quality.py: the --smoke run (every system under one budget, every set decoded, the results files),
+the Marian twin it trains (same initial weights, reloads as the same function), and bad input refused before any
+training."""
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from benchmarks import quality
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def write_moses(prefix: Path, pairs: list[tuple[str, str]], gz: bool) -> None:
+    prefix.parent.mkdir(parents=True, exist_ok=True)
+    for lang, column in (("en", 0), ("de", 1)):
+        text = "".join(pair[column] + "\n" for pair in pairs).encode()
+        path = prefix.with_name(f"{prefix.name}.{lang}" + (".gz" if gz else ""))
+        path.write_bytes(gzip.compress(text) if gz else text)
+
+
+def test_quality_smoke(tmp_path, one_thread):
+    from training.corpus import default_corpus
+
+    rows_in = default_corpus(seed=7, train_size=1, validation_size=1, test_size=6)["test"]["translation"]
+    pairs = [(r["en"], r["de"]) for r in rows_in]
+    write_moses(tmp_path / "sets/plain", pairs[:3], gz=False)
+    write_moses(tmp_path / "sets/zipped", pairs[3:], gz=True)
+    runs, out = tmp_path / "runs", tmp_path / "out"
+    argv = ["--smoke", "--runs_dir", str(runs), "--out_dir", str(out), "--note", "test"]
+    argv += ["--test", str(tmp_path / "sets/plain"), "--test", str(tmp_path / "sets/zipped")]
+    rows = quality.main(argv)
+
+    sets = {"val", "plain", "zipped"}
+    got = {(r["system"], r["checkpoint"].split()[0], r["set"]) for r in rows}
+    assert got == {(s, c, n) for s in quality.SYSTEMS for c in ("last", "average") for n in sets}
+    assert len(rows) == len(got)
+    records = {s: json.loads((runs / s / quality.RUN_RECORD).read_text()) for s in quality.SYSTEMS}
+    settings = records["ours"]["settings"]
+    for row in rows:
+        assert 0 <= row["bleu"] <= 100 and 0 <= row["chrf"] <= 100
+        assert row["signature"].startswith("nrefs:1|") and "tok:13a" in row["signature"]
+        assert "chrF2" in row["chrf_signature"] or "nc:6" in row["chrf_signature"]
+        # --max_test_samples cuts the validation set (longer), not the short test sets
+        assert row["sentences"] == {"val": quality.SMOKE["max_test_samples"], "plain": 3, "zipped": 3}[row["set"]]
+        assert row["steps"] == settings["max_steps"]  # every system ran the whole budget
+        assert row["train_seconds"] > 0 and row["decode_seconds"] > 0 and row["note"] == "test"
+        # padding counted the same way as the budget: at most max_tokens per side and step
+        assert row["tokens_seen"] <= row["padded_tokens_seen"] <= 2 * row["max_tokens_per_step"] * row["steps"]
+    # the same budget: the same steps, real tokens and padded tokens for every system
+    assert len({(r["steps"], r["tokens_seen"], r["padded_tokens_seen"]) for r in rows}) == 1
+    # each system's default decoding: one default row per system and set; ours averaged, Marian the last checkpoint
+    defaults = {(r["system"], r["set"]): r["checkpoint"] for r in rows if r["default"]}
+    assert len(defaults) == len(quality.SYSTEMS) * len(sets)
+    assert defaults["ours", "val"].startswith("average of last") and defaults["marian", "val"] == "last"
+    by = {(r["system"], r["checkpoint"].split()[0], r["set"]): r for r in rows}
+    assert by["ours", "last", "val"]["decoding"]["num_beams"] == 4
+    assert by["ours", "last", "val"]["decoding"]["max_length_over_source"] == 50
+    assert by["marian", "last", "val"]["decoding"]["num_beams"] == 4
+    assert by["marian", "last", "val"]["decoding"]["length_penalty"] == 0.6
+
+    # Marian's learning-rate curve: the twin and ours-marian-lr log the same rates; ours its recipe's, higher
+    curves = {s: dict(map(tuple, r["lr_curve"])) for s, r in records.items()}
+    assert curves["marian"] and curves["marian"] == pytest.approx(curves["ours-marian-lr"])
+    for step, lr in curves["ours"].items():
+        assert lr != pytest.approx(curves["marian"][step])
+    peak = {s: r["settings"]["peak_lr"] for s, r in records.items()}
+    assert peak["marian"] == pytest.approx(1e-3) and peak["ours-marian-lr"] == pytest.approx(1e-3)
+    assert peak["ours"] != pytest.approx(1e-3)
+    for record in records.values():  # the validation curve for the plot: one point per eval_steps
+        assert [step for step, _ in record["val_curve"]] == list(
+            range(settings["eval_steps"], settings["max_steps"] + 1, settings["eval_steps"])
+        )
+
+    [jsonl] = sorted(out.glob("quality-*.jsonl"))
+    [md] = sorted(out.glob("quality-*.md"))
+    [png] = sorted(out.glob("quality-*.png"))
+    assert jsonl.stem == md.stem == png.stem and png.read_bytes()[:8] == PNG_SIGNATURE
+    saved = [json.loads(line) for line in jsonl.read_text().splitlines()]
+    assert len(saved) == len(rows)
+    for row in saved:
+        env = row["env"]
+        assert env["cpu"] and env["cpu_threads"] >= 1 and env["cpu_cores"] >= 1 and isinstance(env["cpu_isa"], list)
+        assert env["isolation"] == "test" and env["torch"] == torch.__version__
+    assert "| system | checkpoint | default | set | bleu |" in md.read_text()
+    first = (jsonl.read_text(), md.read_text(), png.read_bytes())
+
+    # again, one test set: complete runs are reused (not retrained), new files are written, the old ones kept
+    again = quality.main([*argv[:7], "--systems", "marian,ours", "--test", str(tmp_path / "sets/plain")])
+    assert {r["system"] for r in again} == {"ours", "marian"} and {r["set"] for r in again} == {"val", "plain"}
+    assert {r["train_seconds"] for r in again if r["system"] == "marian"} == {records["marian"]["train_seconds"]}
+    assert len(list(out.glob("quality-*.jsonl"))) == 2 and len(list(out.glob("quality-*.png"))) == 2
+    assert (jsonl.read_text(), md.read_text(), png.read_bytes()) == first
+
+
+def test_twin_starts_from_our_weights_and_reloads_as_the_same_function(tmp_path):
+    from modeling_vaswani import VaswaniConfig, VaswaniForConditionalGeneration
+    from training.tokenizer import train_tokenizer
+
+    tokenizer = train_tokenizer(["a small house", "ein kleines Haus"] * 20, vocab_size=40, show_progress=False)
+    config = VaswaniConfig(vocab_size=len(tokenizer), d_model=16, d_ff=32, h=2, encoder_layers=1, decoder_layers=1)
+    torch.manual_seed(0)
+    ours = VaswaniForConditionalGeneration(config)
+    twin = quality.marian_twin_of(ours, tokenizer).eval()
+    mine = ours.state_dict()
+    assert torch.equal(twin.model.shared.weight, mine["model.shared.weight"])
+    assert torch.equal(twin.model.encoder.layers[0].fc1.weight, mine["model.encoder.layers.0.ffn.w_1.weight"])
+
+    twin.save_pretrained(tmp_path / "twin")
+    tokenizer.save_pretrained(tmp_path / "twin")
+    reloaded, reloaded_tokenizer = quality.load_for_decoding("marian", tmp_path / "twin", "cpu")
+    assert reloaded_tokenizer.get_vocab() == tokenizer.get_vocab()
+    batch = {"input_ids": torch.tensor([[5, 6, 7, 2]]), "decoder_input_ids": torch.tensor([[0, 8, 9]])}
+    with torch.no_grad():
+        assert torch.allclose(twin(**batch).logits, reloaded(**batch).logits, atol=1e-6)
+    # the reference's decoding: at most the batch's longest source + 50 new tokens unless told otherwise
+    limit = batch["input_ids"].shape[1] + 50
+    out = reloaded.generate(input_ids=batch["input_ids"], num_beams=1, min_new_tokens=limit)
+    assert out.shape[1] - 1 == limit  # the start token, then exactly the limit (</s> is banned before it)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--test", "/nonexistent/set"], "--test /nonexistent/set: no /nonexistent/set.en[.gz] or"),
+        (["--systems", "ours,fairseq"], "--systems 'ours,fairseq'"),
+        (["--marian_peak_lr", "nan"], "--marian_peak_lr must be a positive number"),
+        (["--max_steps", "0"], "--max_steps must be a positive integer"),
+    ],
+)
+def test_bad_input_is_refused_before_training(argv, message, tmp_path):
+    runs = tmp_path / "runs"
+    with pytest.raises(SystemExit) as info:
+        quality.main(["--smoke", "--runs_dir", str(runs), "--out_dir", str(tmp_path / "out"), *argv])
+    assert message in str(info.value.code)
+    assert not (runs / "ours").exists() and not (tmp_path / "out").exists()
