@@ -198,7 +198,7 @@ class VaswaniLinear(nn.Linear):
 
     Only fp32 CPU calls outside autocast and torch.compile change kernel; accelerators and other dtypes use F.linear.
     "auto" (default): for each shape, the faster of "onednn" and "aten" on this CPU, measured at first use (a few
-    calls of each on random inputs of that shape) and kept for the process, separately for inference and for training
+    calls of each on random inputs of that shape) and kept for the process, for inference (and for training when `calibrate_training` is set; else oneDNN)
     (forward and both backward products): which kernel wins depends on the CPU's instruction set (oneDNN was 1.3–2.1×
     faster than MKL's sgemm on an AVX-512 EPYC, and slower than it in training on an AVX2 one). "onednn": the same
     fp32 product through oneDNN, on a weight copy packed in oneDNN's blocked layout (inference) or through
@@ -212,6 +212,10 @@ class VaswaniLinear(nn.Linear):
     cpu_kernel = "auto" if torch.backends.mkldnn.is_available() else "aten"
     onednn_min_macs = 2**22  # below ~4M multiply-adds a call, F.linear (a oneDNN call has a fixed cost)
     onednn_training = True  # oneDNN allowed in training; off for lm_head, whose (tokens × vocab) products MKL wins
+    # Training under "auto" keeps oneDNN unless this is True: a timed choice can differ between two runs of one
+    # command, and with it the rounding, so a training run (and its resume in a new process) would not be
+    # reproducible. Inference timing only moves last bits of one call.
+    calibrate_training = False
 
     def _fp32_cpu(self, x: torch.Tensor) -> bool:
         return (
@@ -232,7 +236,7 @@ class VaswaniLinear(nn.Linear):
             if self.__dict__.get("_packed") is not None:
                 self._packed = None  # training again: free the inference copy
             if self.onednn_training and kernel in ("auto", "onednn") and not small and self._fp32_cpu(x):
-                if kernel == "onednn" or self._calibrated("training", rows) == "onednn":
+                if kernel == "onednn" or not self.calibrate_training or self._calibrated("training", rows) == "onednn":
                     out = _OneDNNLinear.apply(x.reshape(-1, x.shape[-1]), self.weight, self.bias)
                     return out.view(*x.shape[:-1], self.out_features)
             return F.linear(x, self.weight, self.bias)

@@ -508,6 +508,7 @@ def test_auto_kernel_table_is_keyed_by_the_instruction_set(fresh_kernel_table, m
 @needs_onednn
 def test_auto_kernel_picks_the_faster_kernel(fresh_kernel_table, monkeypatch):
     """The choice follows the timing: a oneDNN kernel made 20 ms slower is never picked, for inference or training."""
+    monkeypatch.setattr(VaswaniLinear, "calibrate_training", True)
     import time as time_module
 
     import modeling_vaswani.modeling_vaswani as modeling
@@ -532,10 +533,23 @@ def test_auto_kernel_picks_the_faster_kernel(fresh_kernel_table, monkeypatch):
 
 
 @needs_onednn
+def test_training_under_auto_is_reproducible_by_default(fresh_kernel_table):
+    """By default "auto" times nothing in training: the same kernel (oneDNN) runs in every process, so a run and its
+    resume round alike."""
+    model = make_model().train()
+    for module in all_linears(model):
+        module.onednn_min_macs = 0
+    model.set_cpu_kernel("auto")
+    loss_and_grads(model, False)
+    assert not any(k[2] == "training" for k in fresh_kernel_table)
+
+
+@needs_onednn
 @pytest.mark.parametrize("forced", ["onednn", "aten"])
 def test_auto_kernel_in_training_matches_f_linear(monkeypatch, fresh_kernel_table, forced):
     """Training under "auto" runs the table's choice per shape (forward, dL/dx, dL/dW); loss and every gradient within
     1e-5 of F.linear's whichever kernel the table names."""
+    monkeypatch.setattr(VaswaniLinear, "calibrate_training", True)
     calls = count_onednn_training_calls(monkeypatch)
     model = make_model().train()
     for module in all_linears(model):
