@@ -4,6 +4,7 @@ one row shape, clear errors before long work, dropped pairs counted and logged."
 import gzip
 import json
 import logging
+import os
 from pathlib import Path
 
 import datasets
@@ -323,3 +324,109 @@ def test_multi30k_moses_prefix():
     assert {k: len(v) for k, v in ds.items()} == {"train": 29000, "validation": 1014, "test": 1000}
     first = ds["train"][0]["translation"]
     assert first["en"].startswith("Two young, White males") and first["de"].startswith("Zwei junge weiße Männer")
+
+
+# --- at scale: batched, parallel, cached -------------------------------------------------------------------------
+
+
+def _moses_corpus(prefix: Path, size: int, seed: int = 0) -> Path:
+    rows = default_corpus(seed, size, 0, 0)["train"]["translation"]
+    return write_moses(prefix, [r["en"] for r in rows], [r["de"] for r in rows])
+
+
+def test_moses_cache_follows_the_content_not_the_path_or_time(tmp_path, cache):
+    """The Arrow file of a Moses corpus is keyed by the BLAKE2b of both files: the same bytes elsewhere reuse it,
+    different bytes of the same size and modification time do not."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    a = write_moses(tmp_path / "a" / "train", ["one two", "three"], ["eins zwei", "drei"])
+    b = write_moses(tmp_path / "b" / "train", ["one two", "three"], ["eins zwei", "drei"])
+    first, copy = (load_parallel(train_file=p, cache_dir=cache)["train"] for p in (a, b))
+    assert first._fingerprint == copy._fingerprint and first.cache_files == copy.cache_files
+    assert len(list((Path(cache) / "vaswani_parallel").glob("*.arrow"))) == 1
+    de = Path(f"{a}.de")
+    stat = de.stat()
+    de.write_text("eins zwei\nvier\n", encoding="utf-8")  # same size
+    os.utime(de, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # same modification time
+    edited = load_parallel(train_file=a, cache_dir=cache)["train"]
+    assert edited._fingerprint != first._fingerprint
+    assert rows(edited) == [("one two", "eins zwei"), ("three", "vier")]
+
+
+def test_tokenized_moses_corpus_is_reused_and_recomputed_when_an_input_changes(tmp_path, tok, monkeypatch):
+    """Same files, tokenizer and filter: the tokenized split comes from the cache without tokenizing anything.
+    A changed file, vocabulary or length filter gives a new fingerprint and tokenizes again."""
+    import training.data as data
+
+    cache = str(tmp_path / "cache")
+    prefix = _moses_corpus(tmp_path / "train", 300)
+    first = tokenize_pairs(load_parallel(train_file=prefix, cache_dir=cache), tok, "en", "de", max_length=32)
+    assert first["train"].cache_files
+
+    def no_tokenizing(*args, **kwargs):
+        raise AssertionError("tokenized again although nothing changed")
+
+    with monkeypatch.context() as m:
+        m.setattr(data, "_encode_table", no_tokenizing)
+        again = tokenize_pairs(load_parallel(train_file=prefix, cache_dir=cache), tok, "en", "de", max_length=32)
+    assert again["train"]._fingerprint == first["train"]._fingerprint
+    assert again["train"].cache_files == first["train"].cache_files
+    assert again.stats == first.stats and again["train"][:] == first["train"][:]
+
+    fingerprints = {first["train"]._fingerprint}
+    shorter = tokenize_pairs(load_parallel(train_file=prefix, cache_dir=cache), tok, "en", "de", max_length=12)
+    fingerprints.add(shorter["train"]._fingerprint)
+    assert shorter.stats["train"]["too_long"] > 0  # the filter really changed what is kept
+    texts = [r[lang] for r in default_corpus(0, 2000, 0, 0)["train"]["translation"] for lang in ("en", "de")]
+    other_vocab = train_tokenizer(texts, vocab_size=400, show_progress=False)
+    fingerprints.add(
+        tokenize_pairs(load_parallel(train_file=prefix, cache_dir=cache), other_vocab, "en", "de", 32)[
+            "train"
+        ]._fingerprint
+    )
+    with open(f"{prefix}.en", "a", encoding="utf-8") as f_en, open(f"{prefix}.de", "a", encoding="utf-8") as f_de:
+        f_en.write("one more\n")
+        f_de.write("noch eins\n")
+    edited = tokenize_pairs(load_parallel(train_file=prefix, cache_dir=cache), tok, "en", "de", max_length=32)
+    fingerprints.add(edited["train"]._fingerprint)
+    assert len(fingerprints) == 4
+    assert edited.stats["train"]["pairs"] == first.stats["train"]["pairs"] + 1
+
+
+def test_num_proc_and_the_batched_fast_path_change_nothing(tmp_path, tok):
+    """Two processes give the rows one process gives, and the direct `tokenizers` call gives what the
+    transformers tokenizer call gives (a subclass takes that generic path)."""
+    from transformers import PreTrainedTokenizerFast
+
+    class Generic(PreTrainedTokenizerFast):
+        pass
+
+    generic = Generic(tokenizer_object=tok.backend_tokenizer, eos_token="</s>", pad_token="<pad>")
+    ds = load_parallel(train_file=_moses_corpus(tmp_path / "train", 1200), cache_dir=str(tmp_path / "cache"))
+    one = tokenize_pairs(ds, tok, "en", "de", max_length=20, num_proc=1, batch_size=100)
+    two = tokenize_pairs(ds, tok, "en", "de", max_length=20, num_proc=2, batch_size=100)
+    slow = tokenize_pairs(ds, generic, "en", "de", max_length=20, num_proc=1, batch_size=100)
+    assert one.stats == two.stats == slow.stats and 0 < one.stats["train"]["too_long"] < 1200
+    assert one["train"][:] == two["train"][:] == slow["train"][:]
+    with pytest.raises(ValueError, match="num_proc must be a positive integer"):
+        tokenize_pairs(ds, tok, "en", "de", max_length=20, num_proc=0)
+
+
+def test_bpe_learns_from_a_logged_sample_and_is_cached_by_its_settings(tmp_path, caplog):
+    from training.tokenizer import iter_pair_texts, shared_bpe
+
+    cache = str(tmp_path / "cache")
+    train = load_parallel(train_file=_moses_corpus(tmp_path / "train", 500), cache_dir=cache)["train"]
+    batches = iter_pair_texts(train, "en", "de", batch_size=64)
+    assert not isinstance(batches, list) and max(len(b) for b in batches) <= 128  # batches, never the corpus
+    with caplog.at_level(logging.INFO, logger="training.tokenizer"):
+        tok_a, info = shared_bpe(train, "en", "de", 300, max_pairs=200, cache_dir=cache, show_progress=False)
+    assert info["sampled"] and info["pairs"] == 500 and info["pairs_used"] == 200 and not info["cached"]
+    assert any("learning from a random sample of 200" in r.getMessage() for r in caplog.records)
+    tok_b, again = shared_bpe(train, "en", "de", 300, max_pairs=200, cache_dir=cache, show_progress=False)
+    assert again["cached"] and again["key"] == info["key"]
+    assert tok_b.backend_tokenizer.to_str() == tok_a.backend_tokenizer.to_str()
+    _, other_size = shared_bpe(train, "en", "de", 280, max_pairs=200, cache_dir=cache, show_progress=False)
+    _, whole = shared_bpe(train, "en", "de", 300, max_pairs=None, cache_dir=cache, show_progress=False)
+    assert not other_size["cached"] and not whole["cached"] and not whole["sampled"]
+    assert len({info["key"], other_size["key"], whole["key"]}) == 3

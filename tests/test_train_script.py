@@ -207,3 +207,35 @@ def test_two_processes_match_one_process_over_the_same_global_batch(data, tmp_pa
     batch = {"input_ids": torch.tensor([[5, 17, 42, 9, 2]]), "decoder_input_ids": torch.tensor([[0, 33, 8, 21]])}
     logits = [AutoModelForSeq2SeqLM.from_pretrained(run).eval()(**batch).logits for run in (one, two)]
     torch.testing.assert_close(logits[0], logits[1], rtol=0, atol=1e-4)
+
+
+def test_a_second_run_on_the_same_files_reuses_the_bpe_and_the_tokenized_data(data, tmp_path, monkeypatch):
+    """Run 1 learns the BPE and tokenizes; run 2 (same files, vocabulary, filter; a new run folder) loads both from
+    the cache without tokenizing a pair; run 3 with another vocabulary size learns a new BPE. All three record it."""
+    import datasets
+
+    import training.data
+
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "cache")
+    rows = [json.loads(line)["translation"] for line in data["train"].read_text().splitlines()]
+    prefix = tmp_path / "train"
+    for lang in ("en", "de"):
+        Path(f"{prefix}.{lang}").write_text("".join(r[lang] + "\n" for r in rows), encoding="utf-8")
+    steps = ["--max_steps", "2", "--train_file", str(prefix), "--num_proc", "1"]
+    first = train_main(args(data, tmp_path / "one", *steps))["data_preparation"]
+    assert first["bpe"]["cached"] is False and first["bpe"]["pairs_used"] == len(rows)
+
+    def no_tokenizing(*args, **kwargs):
+        raise AssertionError("tokenized again although files, tokenizer and filter are the same")
+
+    with monkeypatch.context() as m:
+        m.setattr(training.data, "_encode_table", no_tokenizing)
+        second = train_main(args(data, tmp_path / "two", *steps))
+    assert second["data_preparation"]["bpe"]["cached"] is True
+    assert second["seconds_to_first_step"] > 0
+    tokenizers = [(tmp_path / run / "tokenizer.json").read_text() for run in ("one", "two")]
+    assert tokenizers[0] == tokenizers[1]
+    third = train_main(args(data, tmp_path / "three", *steps, "--vocab_size", "280"))["data_preparation"]
+    assert third["bpe"]["cached"] is False and third["bpe"]["key"] != first["bpe"]["key"]
+    with pytest.raises(SystemExit, match="num_proc must be a positive integer"):
+        train_main(args(data, tmp_path / "four", *steps, "--num_proc", "0"))

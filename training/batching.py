@@ -189,6 +189,11 @@ class BudgetCheckedCollator:
         return batch
 
 
+def _is_stream(dataset: Any) -> bool:
+    """A training/streaming.py TokenBudgetStream (its batches are made as the data streams in)."""
+    return hasattr(dataset, "position_after")
+
+
 def _let_set_epoch_reach(dataloader: Any, sampler: TokenBudgetBatchSampler) -> None:
     """Under DDP, make accelerate's `DataLoaderShard.set_epoch` reach `sampler` through `BatchSamplerShard`.
 
@@ -253,7 +258,7 @@ class TokenBudgetTrainerMixin:
         self.seed = seed
         self._check_token_budget_config()
         # a config that contradicts itself (max_tokens below the longest pair) stops here, before training starts
-        if self.train_dataset is not None:
+        if self.train_dataset is not None and not _is_stream(self.train_dataset):
             self._lengths(self.train_dataset, "training", self.max_tokens)
         if self.eval_dataset is not None and self.accelerator.num_processes == 1:
             named = self.eval_dataset if isinstance(self.eval_dataset, dict) else {"evaluation": self.eval_dataset}
@@ -319,6 +324,19 @@ class TokenBudgetTrainerMixin:
                     )
         return src, tgt
 
+    def _save_checkpoint(self, model, trial):
+        """Trainer's checkpoint, plus the stream's position under `--streaming` (before the completion marker)."""
+        super()._save_checkpoint(model, trial)
+        if _is_stream(self.train_dataset):
+            from pathlib import Path
+
+            from training.streaming import save_position
+
+            folder = Path(self._get_output_dir(trial=trial)) / f"checkpoint-{self.state.global_step}"
+            folder.mkdir(parents=True, exist_ok=True)
+            consumed = self.state.global_step * self.args.gradient_accumulation_steps
+            save_position(folder, self.args.process_index, self.train_dataset.position_after(consumed))
+
     def _pad_multiple(self) -> int:
         return getattr(self.data_collator, "pad_to_multiple_of", None) or 1
 
@@ -363,6 +381,11 @@ class TokenBudgetTrainerMixin:
         if self.train_dataset is None:
             raise ValueError("Trainer: training requires a train_dataset.")
         self._check_token_budget_config()
+        if _is_stream(self.train_dataset):  # training/streaming.py: batches made by the stream, one process each
+            if self.args.dataloader_num_workers:
+                raise ValueError("a streamed training set is read in the training process: set num_workers to 0")
+            collate = BudgetCheckedCollator(self.data_collator, self.max_tokens)
+            return DataLoader(self.train_dataset, batch_size=None, collate_fn=collate)
         shuffle = self.args.train_sampling_strategy != "sequential"
         return self._token_budget_dataloader(self.train_dataset, "training", self.max_tokens, shuffle, True)
 

@@ -28,19 +28,24 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import hashlib
 import io
 import json
 import logging
 import os
 import re
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import datasets
+import numpy as np
+import pyarrow as pa
 import pyarrow.compute as pc
 from datasets.exceptions import DatasetGenerationError
+from datasets.table import InMemoryTable, MemoryMappedTable
 
 from training.corpus import LANGUAGES as DEFAULT_LANGUAGES
 from training.corpus import default_corpus
@@ -53,6 +58,11 @@ TSV_SUFFIXES = (".tsv", ".tsv.gz")
 _LANGUAGE_CODE = re.compile(r"^[a-z]{2,3}([-_][A-Za-z]{2,4})?$")
 
 PathLike = str | os.PathLike
+# bumped whenever what the cached files hold changes (columns, types, filtering): old caches are then not reused
+CACHE_VERSION = "2"
+# datasets shards `map` over this many processes by default only from this many rows on (below it, starting the
+# processes costs more than it saves)
+PARALLEL_FROM_ROWS = 50_000
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -259,6 +269,8 @@ class _FileSource:
     paths: tuple[Path, ...]  # the file, or the source and target files
     tsv_columns: tuple[int, int] = (0, 1)  # which TSV field holds the source and which the target
     tsv_header: bool = False
+    digests: tuple[str, ...] = ()  # Moses: BLAKE2b of each file's bytes (the cache key: content, not mtime)
+    lines: int = 0
 
 
 def _resolve_file(split: str, path: Path, source_lang: str, target_lang: str) -> _FileSource:
@@ -293,14 +305,15 @@ def _resolve_file(split: str, path: Path, source_lang: str, target_lang: str) ->
             plain, packed = candidates[lang]
             raise FileNotFoundError(f"{split}: no Moses-style file for language {lang!r}: neither {plain} nor {packed}")
     sides = [found[source_lang][0], found[target_lang][0]]
-    counts = [_count_lines(p) for p in sides]
+    counts, digests = zip(*(_count_and_digest(p) for p in sides), strict=True)
+    counts = list(counts)
     if counts == [0, 0]:  # (datasets would say only 'Instruction "train" corresponds to no data')
         raise ValueError(f"{split} files {sides[0]} and {sides[1]} are empty")
     if counts[0] != counts[1]:
         raise ValueError(
             f"{split}: misaligned parallel files: {sides[0]} has {counts[0]:,} lines but {sides[1]} has {counts[1]:,}"
         )
-    return _FileSource(split, "moses", tuple(sides))
+    return _FileSource(split, "moses", tuple(sides), digests=tuple(digests), lines=counts[0])
 
 
 def _open_text(path: Path) -> io.TextIOBase:
@@ -309,10 +322,17 @@ def _open_text(path: Path) -> io.TextIOBase:
     return path.open(encoding="utf-8", newline="\n")
 
 
-def _count_lines(path: Path) -> int:
+def _count_and_digest(path: Path, block: int = 1 << 20) -> tuple[int, str]:
+    """Lines (a last line without a newline counts) and a BLAKE2b digest of the (decompressed) bytes, one pass in
+    1 MiB blocks: the line count checks alignment, the digest keys the caches to the content."""
     opener = gzip.open if path.name.endswith(".gz") else open
+    digest, lines, last = hashlib.blake2b(digest_size=16), 0, b"\n"
     with opener(path, "rb") as f:
-        return sum(1 for _ in f)
+        while chunk := f.read(block):
+            digest.update(chunk)
+            lines += chunk.count(b"\n")
+            last = chunk[-1:]
+    return lines + (last != b"\n"), digest.hexdigest()
 
 
 def _peek_json(path: Path, source_lang: str, target_lang: str) -> None:
@@ -382,10 +402,53 @@ def _tsv_rows(
             yield {"translation": {source_lang: fields[columns[0]], target_lang: fields[columns[1]]}}
 
 
-def _moses_rows(source_path: str, target_path: str, source_lang: str, target_lang: str, stamp: str) -> Iterator[dict]:
-    with _open_text(Path(source_path)) as src, _open_text(Path(target_path)) as tgt:
-        for s, t in zip(src, tgt, strict=True):
-            yield {"translation": {source_lang: s.rstrip("\r\n"), target_lang: t.rstrip("\r\n")}}
+def cache_root(cache_dir: str | None = None) -> Path:
+    """Where this project's caches live: `cache_dir`, else datasets' cache (HF_DATASETS_CACHE)."""
+    return Path(cache_dir or datasets.config.HF_DATASETS_CACHE)
+
+
+def _moses_batches(source: _FileSource, source_lang: str, target_lang: str, batch: int = 50_000) -> Iterator[pa.Table]:
+    """The two files as Arrow tables of `batch` pairs: no Python object per pair outlives its batch."""
+    with _open_text(source.paths[0]) as src, _open_text(source.paths[1]) as tgt:
+        while True:
+            s_lines = [line.rstrip("\r\n") for _, line in zip(range(batch), src, strict=False)]
+            t_lines = [line.rstrip("\r\n") for _, line in zip(range(len(s_lines)), tgt, strict=False)]
+            if not s_lines:
+                return
+            if len(t_lines) != len(s_lines):  # the files changed since they were counted
+                raise ValueError(f"{source.paths[0]} and {source.paths[1]} have different line counts")
+            sides = {source_lang: pa.array(s_lines, pa.string()), target_lang: pa.array(t_lines, pa.string())}
+            order = sorted(sides)  # datasets.Translation stores its languages sorted
+            yield pa.table({"translation": pa.StructArray.from_arrays([sides[k] for k in order], names=order)})
+
+
+def _load_moses(source: _FileSource, source_lang: str, target_lang: str, cache_dir: str | None) -> datasets.Dataset:
+    """Moses files as a memory-mapped Arrow file in the cache, written once per content (BLAKE2b of both files) and
+    language pair; the dataset's fingerprint is that key, so everything derived from it is cached too."""
+    key = hashlib.sha256(
+        json.dumps(["moses", CACHE_VERSION, source_lang, target_lang, list(source.digests)]).encode()
+    ).hexdigest()[:32]
+    folder = cache_root(cache_dir) / "vaswani_parallel"
+    path = folder / f"{key}.arrow"
+    features = datasets.Features({"translation": datasets.Translation(languages=[source_lang, target_lang])})
+    if not path.is_file():
+        folder.mkdir(parents=True, exist_ok=True)
+        started = time.perf_counter()
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        schema = features.arrow_schema
+        try:
+            with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_stream(sink, schema) as writer:
+                for table in _moses_batches(source, source_lang, target_lang):
+                    writer.write_table(table.cast(schema))
+            os.replace(tmp, path)  # atomic: another process sees the whole file or none
+        finally:
+            tmp.unlink(missing_ok=True)
+        logger.info(
+            "%s: %d pairs read from %s in %.1f s (cached at %s)",
+            source.split, source.lines, ", ".join(map(str, source.paths)), time.perf_counter() - started, path,
+        )  # fmt: skip
+    table = MemoryMappedTable.from_file(str(path))
+    return datasets.Dataset(table, info=datasets.DatasetInfo(features=features), split=source.split, fingerprint=key)
 
 
 def _load_files(
@@ -401,13 +464,12 @@ def _load_files(
             part = part[source.split]
             out[source.split] = _translation_only(part, source_lang, target_lang, where)
             continue
+        if source.kind == "moses":
+            out[source.split] = _load_moses(source, source_lang, target_lang, cache_dir)
+            continue
         common = dict(source_lang=source_lang, target_lang=target_lang, stamp=_stamp(source.paths))
-        if source.kind == "tsv":
-            generator = _tsv_rows
-            gen_kwargs = dict(path=str(source.paths[0]), columns=source.tsv_columns, header=source.tsv_header, **common)
-        else:
-            generator = _moses_rows
-            gen_kwargs = dict(source_path=str(source.paths[0]), target_path=str(source.paths[1]), **common)
+        generator = _tsv_rows
+        gen_kwargs = dict(path=str(source.paths[0]), columns=source.tsv_columns, header=source.tsv_header, **common)
         try:
             out[source.split] = datasets.Dataset.from_generator(
                 generator, features=features, gen_kwargs=gen_kwargs, cache_dir=cache_dir, split=source.split
@@ -429,6 +491,91 @@ class TokenizedPairs(datasets.DatasetDict):
     stats: dict[str, dict[str, int]]
 
 
+def available_cores() -> int:
+    """The CPU cores this process may run on (its affinity mask; a container's limit where the OS reports it)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def default_num_proc(rows: int) -> int:
+    """Processes for `Dataset.map`: one per available core from PARALLEL_FROM_ROWS rows on, else 1."""
+    return available_cores() if rows >= PARALLEL_FROM_ROWS else 1
+
+
+def check_num_proc(num_proc: int | None) -> None:
+    if num_proc is not None and (not isinstance(num_proc, int) or isinstance(num_proc, bool) or num_proc < 1):
+        raise ValueError(f"num_proc must be a positive integer (or None for one per core), got {num_proc!r}")
+
+
+def tokenizer_digest(tokenizer) -> str:
+    """A key of everything that decides a tokenizer's ids: the serialized `tokenizers` pipeline for fast tokenizers
+    (vocabulary, merges, normalizer, pre-tokenizer, post-processor), else datasets' hash of the whole object."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None:
+        text = json.dumps([type(tokenizer).__name__, backend.to_str(), tokenizer.eos_token_id])
+        return hashlib.sha256(text.encode()).hexdigest()[:32]
+    return datasets.fingerprint.Hasher.hash(tokenizer)
+
+
+def _plain_fast(tokenizer) -> bool:
+    """Whether `tokenizer(texts)` and `tokenizer(text_target=texts)` are exactly the `tokenizers` pipeline's
+    `encode_batch(texts)`: a `PreTrainedTokenizerFast` itself (no subclass with a target mode or extra special-token
+    logic) whose backend has no padding or truncation of its own. Then the batched Rust call is used directly."""
+    from transformers import PreTrainedTokenizerFast
+
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    return (
+        type(tokenizer) is PreTrainedTokenizerFast
+        and backend is not None
+        and backend.padding is None
+        and backend.truncation is None
+        and hasattr(backend, "encode_batch_fast")
+    )
+
+
+def _lists(rows: list[list[int]], dtype: pa.DataType) -> pa.Array:
+    return pa.array(rows, type=pa.list_(dtype))
+
+
+def _encode_table(
+    table: pa.Table, tokenizer, source_lang: str, target_lang: str, max_length: int, keep_text: bool
+) -> pa.Table:
+    """One batch as Arrow: ids and masks as int32/int8 lists, lengths, and the `_empty`/`_keep` flags."""
+    pairs = table.column("translation").combine_chunks()
+    sources = [(t or "").strip() for t in pairs.field(source_lang).to_pylist()]
+    targets = [(t or "").strip() for t in pairs.field(target_lang).to_pylist()]
+    if _plain_fast(tokenizer):
+        backend = tokenizer.backend_tokenizer
+        input_ids = [e.ids for e in backend.encode_batch_fast(sources)]
+        labels = [e.ids for e in backend.encode_batch_fast(targets)]
+    else:
+        input_ids = tokenizer(sources)["input_ids"]
+        labels = tokenizer(text_target=targets)["input_ids"]
+    eos = tokenizer.eos_token_id
+    if tokenizer("a")["input_ids"][-1:] != [eos]:
+        input_ids, labels = [x + [eos] for x in input_ids], [x + [eos] for x in labels]
+    src_len = np.fromiter(map(len, input_ids), dtype=np.int32, count=len(input_ids))
+    tgt_len = np.fromiter(map(len, labels), dtype=np.int32, count=len(labels))
+    empty = np.fromiter((not s or not t for s, t in zip(sources, targets, strict=True)), bool, count=len(sources))
+    keep = ~empty & (src_len <= max_length) & (tgt_len <= max_length)
+    ids = _lists(input_ids, pa.int32())
+    mask = pa.ListArray.from_arrays(ids.offsets, pa.array(np.ones(int(src_len.sum()), dtype=np.int8)))
+    columns = {
+        "input_ids": ids,
+        "attention_mask": mask,
+        "labels": _lists(labels, pa.int32()),
+        "src_len": pa.array(src_len),
+        "tgt_len": pa.array(tgt_len),
+        "_empty": pa.array(empty),
+        "_keep": pa.array(keep),
+    }
+    if keep_text:
+        columns = {"translation": pairs, **columns}
+    return pa.table(columns)
+
+
 def tokenize_pairs(
     ds: datasets.DatasetDict,
     tokenizer,
@@ -440,62 +587,75 @@ def tokenize_pairs(
     keep_text: bool = False,
     batch_size: int = 1000,
 ) -> TokenizedPairs:
-    """Tokenize every split with `Dataset.map(batched=True)` (cached through datasets' fingerprints).
+    """Tokenize every split with `Dataset.map(batched=True)` in `num_proc` processes, cached on disk.
 
     Columns: `input_ids`, `attention_mask` (source), `labels` (target), both ending with `</s>`; `src_len` and
     `tgt_len`, their lengths in tokens, for token-budget batching; `translation` too with `keep_text=True`.
     Texts are stripped; pairs with a blank side are dropped, and so are pairs with more than `max_length` tokens
     (`</s>` included) on either side: each count is logged per split and kept in the result's `stats`.
+
+    Each batch goes through the tokenizer in one call (the `tokenizers` pipeline's `encode_batch_fast` directly for
+    a plain `PreTrainedTokenizerFast`) and comes back as Arrow arrays, not per-example Python dicts. `num_proc=None`
+    takes one process per available core for splits of PARALLEL_FROM_ROWS rows or more, else 1; the result is the
+    same for every `num_proc`. Dropping works on the Arrow flags with numpy (an indices mapping, not a copy).
+
+    Caching: a split read from files (Moses files, JSON, TSV, or a Hub dataset) is memory-mapped Arrow; its tokenized
+    form is written next to it under a fingerprint of (the split's fingerprint, `tokenizer_digest(tokenizer)`,
+    `max_length`, languages, `keep_text`, CACHE_VERSION) and reused by any later call with the same ones (a second
+    run, or the other processes under DDP once the main process has written it).
     """
     if not isinstance(max_length, int) or max_length < 2:
         raise ValueError(f"max_length must be an int >= 2 (one token and </s>), got {max_length!r}")
+    check_num_proc(num_proc)
     if tokenizer.eos_token_id is None:
         raise ValueError("the tokenizer has no eos_token; sources and labels must end with </s>")
     for split, part in ds.items():
         check_translation_features(part.features, source_lang, target_lang, f"split {split!r}")
-    append_eos = tokenizer("a")["input_ids"][-1:] != [tokenizer.eos_token_id]
-    eos = tokenizer.eos_token_id
+    token_key = tokenizer_digest(tokenizer)
 
-    def encode(batch: dict[str, list]) -> dict[str, list]:
-        rows = batch["translation"]
-        sources = [(row[source_lang] or "").strip() for row in rows]
-        targets = [(row[target_lang] or "").strip() for row in rows]
-        input_ids = tokenizer(sources)["input_ids"]
-        labels = tokenizer(text_target=targets)["input_ids"]
-        if append_eos:
-            input_ids, labels = [x + [eos] for x in input_ids], [x + [eos] for x in labels]
-        empty = [not s or not t for s, t in zip(sources, targets, strict=True)]
-        src_len, tgt_len = [len(x) for x in input_ids], [len(x) for x in labels]
-        return {
-            "input_ids": input_ids,
-            "attention_mask": [[1] * n for n in src_len],
-            "labels": labels,
-            "src_len": src_len,
-            "tgt_len": tgt_len,
-            "_empty": empty,
-            "_keep": [
-                not e and s <= max_length and t <= max_length for e, s, t in zip(empty, src_len, tgt_len, strict=True)
-            ],
-        }
+    def encode(table: pa.Table) -> pa.Table:
+        return _encode_table(table, tokenizer, source_lang, target_lang, max_length, keep_text)
 
     out, stats = {}, {}
     for split, part in ds.items():
-        remove = [c for c in part.column_names if not (keep_text and c == "translation")]
-        mapped = part.map(
-            encode,
-            batched=True,
-            batch_size=batch_size,
-            num_proc=num_proc,
-            remove_columns=remove,
-            desc=f"Tokenizing {split}",
+        settings = [CACHE_VERSION, part._fingerprint, token_key, source_lang, target_lang, max_length, keep_text]
+        fingerprint = hashlib.sha256(json.dumps(settings).encode()).hexdigest()[:32]
+        procs = num_proc if num_proc is not None else default_num_proc(len(part))
+        procs = max(1, min(procs, len(part) // batch_size or 1))  # no process without a batch to do
+        started = time.perf_counter()
+        mapped = (
+            part.select_columns(["translation"])
+            .with_format("arrow")
+            .map(
+                encode,
+                batched=True,
+                batch_size=batch_size,
+                num_proc=procs if procs > 1 else None,
+                remove_columns=["translation"],
+                new_fingerprint=fingerprint,
+                desc=f"Tokenizing {split}",
+            )
+            .with_format(None)
         )
+        seconds = time.perf_counter() - started
         total = len(mapped)
+        keep = mapped.data.column("_keep").to_numpy(zero_copy_only=False) if total else np.zeros(0, bool)
         empty = int(pc.sum(mapped.data.column("_empty")).as_py() or 0) if total else 0
-        kept = int(pc.sum(mapped.data.column("_keep")).as_py() or 0) if total else 0
+        kept = int(keep.sum())
         stats[split] = {"pairs": total, "empty": empty, "too_long": total - kept - empty, "kept": kept}
+        logger.info(
+            "%s: %d pairs tokenized in %.1f s (%d process(es), %.0f pairs/s; a cached result loads at once)",
+            split, total, seconds, procs, total / max(seconds, 1e-9),
+        )  # fmt: skip
+        mapped = mapped.remove_columns(["_empty", "_keep"])
         if kept < total:
-            mapped = mapped.filter(
-                lambda keep: keep, input_columns="_keep", batched=True, num_proc=num_proc, desc=f"Dropping from {split}"
+            indices = InMemoryTable(pa.table({"indices": pa.array(np.flatnonzero(keep).astype(np.uint64))}))
+            mapped = datasets.Dataset(
+                mapped.data,
+                info=mapped.info,
+                split=mapped.split,
+                indices_table=indices,
+                fingerprint=hashlib.sha256(f"{fingerprint}:kept".encode()).hexdigest()[:32],
             )
             logger.warning(
                 "%s: dropped %d pair(s) with an empty side and %d pair(s) longer than %d tokens; kept %d of %d",
@@ -503,7 +663,7 @@ def tokenize_pairs(
             )  # fmt: skip
         else:
             logger.info("%s: all %d pairs kept (none empty, none longer than %d tokens)", split, total, max_length)
-        out[split] = mapped.remove_columns(["_empty", "_keep"])
+        out[split] = mapped
     result = TokenizedPairs(out)
     result.stats = stats
     return result

@@ -22,14 +22,28 @@ Special ids follow fairseq and the model config: `<s>` 0, `<pad>` 1, `</s>` 2, `
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
+import logging
+import os
+import shutil
+import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import datasets
+import numpy as np
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import PreTrainedTokenizerFast
 
+logger = logging.getLogger(__name__)
+
 SPECIAL_TOKENS = ("<s>", "<pad>", "</s>", "<unk>")  # ids 0, 1, 2, 3
+# The BPE learns from at most this many training pairs (both sides: twice as many sentences), drawn at random
+# without replacement when the corpus is larger. Merges are decided by the frequent pairs of pieces, which a
+# million sentence pairs already rank as the whole corpus would; WMT14 en-de has 4.5M, en-fr 36M.
+BPE_MAX_PAIRS = 1_000_000
+BPE_CACHE_VERSION = "1"  # bumped when the pipeline (_bpe_tokenizer, special tokens, post-processor) changes
 BOS, PAD, EOS, UNK = SPECIAL_TOKENS
 MIN_VOCAB_SIZE = len(SPECIAL_TOKENS) + 1
 
@@ -110,12 +124,44 @@ def wrap_tokenizer(tokenizer: Tokenizer, *, model_max_length: int = 1024) -> Pre
 
 
 def iter_pair_texts(
-    ds: datasets.Dataset, source_lang: str, target_lang: str, batch_size: int = 1000
+    ds: datasets.Dataset,
+    source_lang: str,
+    target_lang: str,
+    batch_size: int = 1000,
+    indices: np.ndarray | None = None,
 ) -> Iterator[list[str]]:
-    """Batches of texts from both sides of a `{"translation": {...}}` dataset, source then target per batch."""
-    for batch in ds.iter(batch_size=batch_size):
-        rows = batch["translation"]
-        yield [r[source_lang] for r in rows if r[source_lang]] + [r[target_lang] for r in rows if r[target_lang]]
+    """Batches of texts from both sides of a `{"translation": {...}}` dataset, source then target per batch, read
+    from its Arrow columns one batch at a time (only `indices` where given): the corpus is never a Python list."""
+    part = ds.select_columns(["translation"])
+    if indices is not None:
+        part = part.select(indices)
+    for table in part.with_format("arrow").iter(batch_size=batch_size):
+        pairs = table.column("translation").combine_chunks()
+        yield [t for t in pairs.field(source_lang).to_pylist() if t] + [
+            t for t in pairs.field(target_lang).to_pylist() if t
+        ]
+
+
+def _check_train_split(ds: datasets.DatasetDict | datasets.Dataset, source_lang: str, target_lang: str):
+    train = ds["train"] if isinstance(ds, datasets.DatasetDict) else ds
+    if "translation" not in train.column_names:
+        raise ValueError(f"the dataset has no 'translation' column (columns: {train.column_names})")
+    feature = train.features["translation"]
+    languages = sorted(getattr(feature, "languages", None) or feature)
+    for lang in (source_lang, target_lang):
+        if lang not in languages:
+            raise ValueError(f"language {lang!r} is not in the dataset's translations; available: {languages}")
+    return train
+
+
+def bpe_sample(rows: int, max_pairs: int | None, seed: int = 0) -> np.ndarray | None:
+    """The sorted rows the BPE learns from: None (all) when `rows` <= `max_pairs` or `max_pairs` is None, else
+    `max_pairs` rows drawn without replacement with `seed`."""
+    if max_pairs is None or rows <= max_pairs:
+        return None
+    if max_pairs < 1:
+        raise ValueError(f"the BPE sample must be at least 1 pair, got {max_pairs}")
+    return np.sort(np.random.default_rng([seed, rows]).choice(rows, size=max_pairs, replace=False))
 
 
 def train_tokenizer_for(
@@ -128,26 +174,101 @@ def train_tokenizer_for(
     model_max_length: int = 1024,
     batch_size: int = 1000,
     show_progress: bool = True,
+    max_pairs: int | None = None,
+    seed: int = 0,
 ) -> PreTrainedTokenizerFast:
-    """The shared BPE of the train split of `ds` (or of `ds` itself when it is one `Dataset`), both sides."""
-    train = ds["train"] if isinstance(ds, datasets.DatasetDict) else ds
-    if "translation" not in train.column_names:
-        raise ValueError(f"the dataset has no 'translation' column (columns: {train.column_names})")
-    feature = train.features["translation"]
-    languages = sorted(getattr(feature, "languages", None) or feature)
-    for lang in (source_lang, target_lang):
-        if lang not in languages:
-            raise ValueError(f"language {lang!r} is not in the dataset's translations; available: {languages}")
-    batches = iter_pair_texts(train, source_lang, target_lang, batch_size)
+    """The shared BPE of the train split of `ds` (or of `ds` itself when it is one `Dataset`), both sides, streamed
+    from the Arrow columns; with `max_pairs`, from a random sample of that many pairs when there are more."""
+    train = _check_train_split(ds, source_lang, target_lang)
+    indices = bpe_sample(len(train), max_pairs, seed)
+    batches = iter_pair_texts(train, source_lang, target_lang, batch_size, indices)
     texts = (text for batch in batches for text in batch)
     return train_tokenizer(
         texts,
         vocab_size,
         min_frequency,
         model_max_length=model_max_length,
-        length=2 * len(train),
+        length=2 * (len(train) if indices is None else len(indices)),
         show_progress=show_progress,
     )
+
+
+def shared_bpe(
+    train: datasets.Dataset,
+    source_lang: str,
+    target_lang: str,
+    vocab_size: int,
+    min_frequency: int = 2,
+    *,
+    max_pairs: int | None = BPE_MAX_PAIRS,
+    seed: int = 0,
+    cache_dir: str | os.PathLike | None = None,
+    show_progress: bool = True,
+) -> tuple[PreTrainedTokenizerFast, dict]:
+    """`train_tokenizer_for`, cached: a split stored on disk (its datasets fingerprint is then a key of its content)
+    gets its BPE saved under `cache_dir/vaswani_bpe/<key>` (default: datasets' cache), keyed by that fingerprint, the
+    languages, `vocab_size`, `min_frequency`, the sample (`max_pairs`, `seed`) and BPE_CACHE_VERSION, and loaded from
+    there by any later call with the same ones. Returns the tokenizer and what happened, for run_summary.json:
+    `{"pairs": rows, "pairs_used": ..., "sampled": bool, "cached": bool, "seconds": ..., "key": ...}`."""
+    from transformers import AutoTokenizer
+
+    train = _check_train_split(train, source_lang, target_lang)
+    rows = len(train)
+    indices = bpe_sample(rows, max_pairs, seed)
+    info = {
+        "pairs": rows,
+        "pairs_used": rows if indices is None else len(indices),
+        "sampled": indices is not None,
+        "max_pairs": max_pairs,
+        "sample_seed": seed,
+        "cached": False,
+    }
+    started = time.perf_counter()
+    folder = None
+    if train.cache_files:  # in-memory data (the generated default corpus) has no stable fingerprint to key on
+        settings = [BPE_CACHE_VERSION, train._fingerprint, source_lang, target_lang, vocab_size, min_frequency]
+        settings += [max_pairs if indices is not None else None, seed if indices is not None else None]
+        info["key"] = hashlib.sha256(json.dumps(settings).encode()).hexdigest()[:32]
+        from training.data import cache_root
+
+        folder = cache_root(None if cache_dir is None else str(cache_dir)) / "vaswani_bpe" / info["key"]
+        if (folder / "tokenizer.json").is_file():
+            tokenizer = AutoTokenizer.from_pretrained(folder)
+            info.update(cached=True, seconds=round(time.perf_counter() - started, 2))
+            logger.info("shared BPE: loaded from the cache %s (%s)", folder, _sample_text(info))
+            return tokenizer, info
+    if indices is not None:
+        logger.warning(
+            "shared BPE: the training split has %d pairs; learning from a random sample of %d (max_pairs, seed %d)",
+            rows, len(indices), seed,
+        )  # fmt: skip
+    tokenizer = train_tokenizer_for(
+        train,
+        source_lang,
+        target_lang,
+        vocab_size,
+        min_frequency,
+        show_progress=show_progress,
+        max_pairs=max_pairs,
+        seed=seed,
+    )
+    info["seconds"] = round(time.perf_counter() - started, 2)
+    logger.info("shared BPE: %d tokens learned in %.1f s (%s)", len(tokenizer), info["seconds"], _sample_text(info))
+    if folder is not None:
+        tmp = folder.with_name(f"{folder.name}.{os.getpid()}.tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tokenizer.save_pretrained(tmp)
+        try:
+            tmp.rename(folder)  # atomic; another process that got there first wins, with the same tokenizer
+        except OSError:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return tokenizer, info
+
+
+def _sample_text(info: dict) -> str:
+    if info["sampled"]:
+        return f"from a random sample of {info['pairs_used']:,} of {info['pairs']:,} pairs"
+    return f"from all {info['pairs']:,} pairs"
 
 
 def main(argv: list[str] | None = None) -> None:

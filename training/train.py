@@ -105,6 +105,24 @@ def build_parser(recipe: str | os.PathLike = DEFAULT_RECIPE) -> argparse.Argumen
     g("--max_length", type=int, help="pairs with more tokens on either side are dropped (counted)")
     g("--max_train_samples", type=int, help="train on the first N training pairs only")
     g("--max_eval_samples", type=int, help="validate on the first N validation pairs only")
+    g(
+        "--num_proc",
+        type=int,
+        help="processes that tokenize (datasets.map); default: one per available core from 50,000 pairs on, else 1",
+    )
+    g(
+        "--streaming",
+        action="store_true",
+        help="read the training data as a stream (datasets.IterableDataset), tokenized on the fly in chunks: for "
+        "corpora larger than RAM or disk cache (training/streaming.py)",
+    )
+    g("--stream_chunk_pairs", type=int, help="--streaming: pairs per length-sorted chunk (default 100,000)")
+    g(
+        "--bpe_max_pairs",
+        type=int,
+        help="the shared BPE learns from a random sample of this many training pairs when there are more "
+        "(default 1,000,000; logged and recorded in run_summary.json)",
+    )
     t = adder(p.add_argument_group("optimisation (§5.2, §5.3)"))
     t("--max_steps", type=int, help="optimizer steps (paper: 100,000)")
     t("--max_tokens_per_step", type=int, help="source (and target) tokens per optimizer step, all devices")
@@ -164,7 +182,16 @@ def resolve_settings(args: argparse.Namespace) -> dict[str, Any]:
     for key in ("max_steps", "max_tokens_per_step", "warmup_steps", "max_length", "vocab_size"):
         if not isinstance(s.get(key), int) or isinstance(s[key], bool) or s[key] <= 0:
             problems.append(f"{key} must be a positive integer, got {s.get(key)!r}")
-    for key in ("gradient_accumulation_steps", "logging_steps", "eval_steps", "save_steps", "save_total_limit"):
+    for key in (
+        "gradient_accumulation_steps",
+        "logging_steps",
+        "eval_steps",
+        "save_steps",
+        "save_total_limit",
+        "num_proc",
+        "bpe_max_pairs",
+        "stream_chunk_pairs",
+    ):
         if key in s and (not isinstance(s[key], int) or isinstance(s[key], bool) or s[key] <= 0):
             problems.append(f"{key} must be a positive integer, got {s[key]!r}")
     for key in ("lr_scale", "adam_epsilon", "adam_beta1", "adam_beta2", "max_grad_norm", "label_smoothing"):
@@ -188,6 +215,13 @@ def resolve_settings(args: argparse.Namespace) -> dict[str, Any]:
         problems.append(f"source_lang and target_lang are both {s['source_lang']!r}")
     if s.get("dataset_name") and s.get("train_file"):
         problems.append("give either --dataset_name or --train_file, not both")
+    if s.get("streaming"):
+        if s.get("dataset_name") == "default":
+            problems.append("--streaming reads files or a Hub dataset; the default corpus is generated in memory")
+        if s.get("num_workers"):
+            problems.append("--streaming tokenizes in the training process: --num_workers must be 0")
+        if s.get("max_train_samples"):
+            problems.append("--max_train_samples needs the map-style path (a stream has no first N to select)")
     if s.get("use_cpu"):
         if s.get("device", "cpu") != "cpu":
             problems.append(f"--use_cpu contradicts --device {s['device']}")
@@ -309,12 +343,65 @@ class OutputFolder:
                 shutil.rmtree(child) if child.is_dir() else child.unlink()
 
 
+def load_data(s: dict[str, Any]):
+    """The splits as `training.data.load_parallel` loads them (every file checked and read before anything is
+    written); under --streaming the train split is a `datasets.IterableDataset` (training/streaming.py) and only the
+    validation and test splits are loaded ahead."""
+    import datasets
+
+    from training.data import load_parallel
+
+    common = {"source_lang": s["source_lang"], "target_lang": s["target_lang"]}
+    if not s.get("streaming"):
+        return load_parallel(
+            dataset_name=s.get("dataset_name"),
+            dataset_config=s.get("dataset_config"),
+            train_file=s.get("train_file"),
+            validation_file=s.get("validation_file"),
+            test_file=s.get("test_file"),
+            **common,
+        )
+    from training.streaming import stream_parallel
+
+    if s.get("train_file"):
+        files = {k: s[f"{k}_file"] for k in ("validation", "test") if s.get(f"{k}_file")}
+        raw = load_parallel(data_files=files, **common) if files else datasets.DatasetDict()
+    else:
+        builder = datasets.load_dataset_builder(s["dataset_name"], s.get("dataset_config"))
+        splits = [k for k in ("validation", "test") if k in (builder.info.splits or {})]
+        raw = load_parallel(s["dataset_name"], s.get("dataset_config"), splits=splits, **common) if splits else None
+        raw = raw or datasets.DatasetDict()
+    raw["train"] = stream_parallel(
+        s.get("dataset_name"), s.get("dataset_config"), train_file=s.get("train_file"), **common
+    )
+    return raw
+
+
 def describe_data(s: dict[str, Any], splits: list[str]) -> str:
     files = [str(s[f"{split}_file"]) for split in splits if s.get(f"{split}_file")]
     return ", ".join(files) if files else f"dataset {s.get('dataset_name')!r}"
 
 
-def build_trainer(s: dict[str, Any], state, raw, out: Path, use_cpu: bool):
+def stream_bpe(stream, s: dict[str, Any]):
+    """The shared BPE of a streamed training set: from its first `bpe_max_pairs` pairs (a stream cannot be sampled
+    without reading it all); logged, and recorded in run_summary.json."""
+    import logging
+
+    from training.streaming import iter_stream_texts
+    from training.tokenizer import BPE_MAX_PAIRS, train_tokenizer
+
+    pairs = s.get("bpe_max_pairs", BPE_MAX_PAIRS)
+    started = time.perf_counter()
+    logging.getLogger("training.tokenizer").warning(
+        "shared BPE of a stream: learning from its first %d pairs at most (--bpe_max_pairs)", pairs
+    )
+    batches = iter_stream_texts(stream, s["source_lang"], s["target_lang"], pairs)
+    tokenizer = train_tokenizer((t for batch in batches for t in batch), s["vocab_size"])
+    info = {"first_pairs_of_stream": pairs, "sampled": True, "cached": False}
+    return tokenizer, {**info, "seconds": round(time.perf_counter() - started, 2)}
+
+
+def build_trainer(s: dict[str, Any], state, raw, out: Path, use_cpu: bool, checkpoint: Path | None = None):
     """Tokenizer, tokenized data, model and VaswaniTrainer: the part of a run that writes into the run folder before
     training starts (main() undoes it if this fails). Returns (trainer, data, tokenizer, drop statistics, the
     sacreBLEU signatures filled by evaluation)."""
@@ -326,18 +413,54 @@ def build_trainer(s: dict[str, Any], state, raw, out: Path, use_cpu: bool):
     import modeling_vaswani
     from training.data import tokenize_pairs
     from training.metrics import compute_bleu_chrf
-    from training.tokenizer import train_tokenizer_for
+    from training.tokenizer import BPE_MAX_PAIRS, shared_bpe
     from training.trainer import VaswaniTrainer
 
     src, tgt = s["source_lang"], s["target_lang"]
     tokenizer_dir = out / "tokenizer"
+    preparation = {"load_seconds": s.pop("_load_seconds", None)}
+    started = time.perf_counter()
+    stream = raw.pop("train") if s.get("streaming") else None
     with state.main_process_first():  # one process trains the BPE and maps the data; the others read the caches
         if not (tokenizer_dir / "tokenizer.json").is_file():
-            train_tokenizer_for(raw, src, tgt, s["vocab_size"]).save_pretrained(tokenizer_dir)
+            if stream is not None:
+                bpe, preparation["bpe"] = stream_bpe(stream, s)
+            else:
+                bpe, preparation["bpe"] = shared_bpe(
+                    raw["train"], src, tgt, s["vocab_size"], max_pairs=s.get("bpe_max_pairs", BPE_MAX_PAIRS)
+                )
+            bpe.save_pretrained(tokenizer_dir)
+        else:
+            preparation["bpe"] = {"from": str(tokenizer_dir)}
         tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
-        data = tokenize_pairs(raw, tokenizer, src, tgt, s["max_length"])
+        tokenized = time.perf_counter()
+        data = tokenize_pairs(raw, tokenizer, src, tgt, s["max_length"], s.get("num_proc"))
         drop_stats = data.stats
-    if len(data["train"]) == 0:
+    world = state.num_processes
+    per_micro_step = s["max_tokens_per_step"] // (world * s["gradient_accumulation_steps"])
+    if stream is not None:
+        from training.streaming import CHUNK_PAIRS, TokenBudgetStream, load_position
+
+        position = load_position(checkpoint, state.process_index) if checkpoint is not None else None
+        if checkpoint is not None and position is None:
+            raise SystemExit(f"--resume --streaming: {checkpoint} has no stream position (was it a streaming run?)")
+        data["train"] = TokenBudgetStream(
+            stream,
+            tokenizer,
+            src,
+            tgt,
+            s["max_length"],
+            per_micro_step,
+            seed=s["seed"],
+            chunk_pairs=s.get("stream_chunk_pairs", CHUNK_PAIRS),
+            rank=state.process_index,
+            world_size=world,
+            position=position,
+        )
+        drop_stats = {**drop_stats, "train": data["train"].stats}  # filled as the stream is read
+    preparation["tokenize_seconds"] = round(time.perf_counter() - tokenized, 2)
+    preparation["bpe_and_tokenize_seconds"] = round(time.perf_counter() - started, 2)
+    if stream is None and len(data["train"]) == 0:
         raise SystemExit(
             f"no training pair left: all {drop_stats['train']['pairs']:,} are empty or longer than max_length "
             f"{s['max_length']} tokens"
@@ -362,8 +485,6 @@ def build_trainer(s: dict[str, Any], state, raw, out: Path, use_cpu: bool):
 
     # transformers 5 takes TensorBoard's folder from the environment; a user's own setting wins
     os.environ["TENSORBOARD_LOGGING_DIR"] = USER_TENSORBOARD_DIR or str(out / "tensorboard")
-    world = state.num_processes
-    per_micro_step = s["max_tokens_per_step"] // (world * s["gradient_accumulation_steps"])
     training_args = Seq2SeqTrainingArguments(
         output_dir=str(out),
         max_steps=s["max_steps"],
@@ -391,6 +512,7 @@ def build_trainer(s: dict[str, Any], state, raw, out: Path, use_cpu: bool):
         data_seed=s["seed"],
         dataloader_num_workers=s.get("num_workers", 0),
         remove_unused_columns=False,
+        ignore_data_skip=stream is not None,  # a stream resumes at its saved position (training/streaming.py)
         disable_tqdm=False,
         use_cpu=use_cpu,
     )
@@ -420,6 +542,7 @@ def build_trainer(s: dict[str, Any], state, raw, out: Path, use_cpu: bool):
     )
     trainer.remove_callback(ProgressCallback)
     trainer.add_callback(rounded_progress_callback())
+    trainer.data_preparation = preparation
     return trainer, data, tokenizer, drop_stats, signatures
 
 
@@ -432,34 +555,29 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     checkpoint, rejected = check_output_dir(s)
     from accelerate import PartialState
 
-    from training.data import load_parallel
-
     # No GPU: run on the CPU, and several processes (torchrun / mpirun) then form a gloo process group.
     state = PartialState(cpu=use_cpu)
     out = Path(s["output_dir"])
-    src, tgt = s["source_lang"], s["target_lang"]
+    src = s["source_lang"]
     started = time.time()
 
-    raw = load_parallel(  # every data file is checked and read before anything is written
-        dataset_name=s.get("dataset_name"),
-        dataset_config=s.get("dataset_config"),
-        train_file=s.get("train_file"),
-        validation_file=s.get("validation_file"),
-        test_file=s.get("test_file"),
-        source_lang=src,
-        target_lang=tgt,
-    )
-    empty = [split for split, part in raw.items() if len(part) == 0]
+    loading = time.perf_counter()
+    with state.main_process_first():  # the main process converts the files to Arrow; the others map that file
+        raw = load_data(s)
+    s["_load_seconds"] = round(time.perf_counter() - loading, 2)
+    empty = [split for split, part in raw.items() if hasattr(part, "__len__") and len(part) == 0]
     if empty:
         raise SystemExit(f"no pairs in the {', '.join(empty)} split(s) of {describe_data(s, empty)}")
     folder = OutputFolder(out, bool(s.get("overwrite_output_dir")), state.is_main_process)
     state.wait_for_everyone()
     try:
-        trainer, data, tokenizer, drop_stats, signatures = build_trainer(s, state, raw, out, use_cpu)
+        trainer, data, tokenizer, drop_stats, signatures = build_trainer(s, state, raw, out, use_cpu, checkpoint)
     except BaseException:
         folder.failed()
         raise
     folder.started()
+    first_step = first_step_callback(started)
+    trainer.add_callback(first_step)
     if state.is_main_process:
         for problems in rejected:  # newer than the checkpoint resumed from: never resumed from, never overwritten
             aside = move_aside(problems.folder, problems.kind)
@@ -482,6 +600,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     tokens = int(trainer.accelerator.reduce(trainer.tokens_seen, reduction="sum").item())  # all ranks
     summary = {
         "wall_seconds": round(time.time() - started, 1),
+        "seconds_to_first_step": first_step.seconds,
         "train_seconds": round(result.metrics["train_runtime"], 1),
         "steps": trainer.state.global_step,
         "tokens_seen_src_plus_tgt": tokens,
@@ -494,7 +613,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             (r["eval_bleu"] for r in trainer.state.log_history if "eval_bleu" in r), default=None
         ),
         "dropped_pairs": drop_stats,
-        "data_sizes": {split: len(ds) for split, ds in data.items()},
+        "data_preparation": trainer.data_preparation,
+        "data_sizes": {split: len(ds) for split, ds in data.items() if hasattr(ds, "__len__")},
         "parameters": sum(p.numel() for p in model.parameters()),
         "devices": f"{world} x {training_args.device.type}",
         "settings": {k: v for k, v in s.items() if k not in ("overwrite_output_dir", "resume")},
@@ -542,6 +662,21 @@ def translate_examples(folder: Path, source_lang: str) -> None:
     for source, hyp in zip(sources, tokenizer.batch_decode(out, skip_special_tokens=True), strict=True):
         print(f"  {source}  →  {hyp}")
     sys.stdout.flush()
+
+
+def first_step_callback(started: float):
+    """A callback that records the seconds from `started` (time.time() at the command's start) to the end of the
+    first optimizer step this process takes: how long data preparation and setup keep training waiting."""
+    from transformers import TrainerCallback
+
+    class FirstStep(TrainerCallback):
+        seconds: float | None = None
+
+        def on_step_end(self, args, state, control, **kwargs):
+            if self.seconds is None:
+                self.seconds = round(time.time() - started, 2)
+
+    return FirstStep()
 
 
 def rounded_progress_callback():

@@ -1,0 +1,94 @@
+"""--streaming (training/streaming.py): token-budget batches from length-sorted chunks of a stream, an exact resume
+position (the stream resumed there yields the uninterrupted stream's batches), DDP shards that split the pairs."""
+
+from pathlib import Path
+
+import pytest
+
+from training.corpus import default_corpus
+from training.streaming import TokenBudgetStream, stream_parallel
+from training.tokenizer import train_tokenizer
+
+PAIRS = 700
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    rows = default_corpus(3, PAIRS, 0, 0)["train"]["translation"]
+    prefix = tmp_path_factory.mktemp("stream") / "train"
+    Path(f"{prefix}.en").write_text("".join(r["en"] + "\n" for r in rows), encoding="utf-8")
+    Path(f"{prefix}.de").write_text("".join(r["de"] + "\n" for r in rows), encoding="utf-8")
+    return prefix
+
+
+@pytest.fixture(scope="module")
+def tok():
+    rows = default_corpus(0, 2000, 0, 0)["train"]["translation"]
+    return train_tokenizer([r[k] for r in rows for k in ("en", "de")], vocab_size=400, show_progress=False)
+
+
+def make(corpus, tok, **kwargs) -> TokenBudgetStream:
+    options = {"max_length": 32, "max_tokens": 256, "seed": 1, "chunk_pairs": 150, **kwargs}
+    return TokenBudgetStream(stream_parallel(train_file=corpus), tok, "en", "de", **options)
+
+
+def take(stream: TokenBudgetStream, n: int) -> list[list[tuple[int, ...]]]:
+    batches, it = [], iter(stream)
+    for _ in range(n):
+        batches.append([pair(f) for f in next(it)])
+    return batches
+
+
+def one_epoch(stream: TokenBudgetStream) -> list[list[dict]]:
+    """The batches of the stream's first epoch (reading on until the first batch of the second)."""
+    batches = []
+    for batch in stream:
+        if next(reversed(stream._positions.values()))["epoch"] > 0:
+            return batches
+        batches.append(batch)
+    raise AssertionError("the stream ended")
+
+
+def pair(feature: dict) -> tuple[int, ...]:
+    return (*feature["input_ids"], -1, *feature["labels"])
+
+
+def test_batches_hold_the_budget_and_one_epoch_holds_every_kept_pair_once(corpus, tok):
+    stream = make(corpus, tok)
+    batches = one_epoch(stream)
+    for batch in batches:
+        n = len(batch)
+        assert n * max(len(f["input_ids"]) for f in batch) <= 256 and n * max(len(f["labels"]) for f in batch) <= 256
+    seen = [pair(f) for batch in batches for f in batch]
+    en, de = (Path(f"{corpus}.{lang}").read_text(encoding="utf-8").splitlines() for lang in ("en", "de"))
+    expected = [(*tok(e).input_ids, -1, *tok(d).input_ids) for e, d in zip(en, de, strict=True)]
+    expected = [p for p in expected if p.index(-1) <= 32 and len(p) - p.index(-1) - 1 <= 32]
+    assert PAIRS // 2 < len(expected) < PAIRS  # the length filter dropped some, kept most
+    assert sorted(seen) == sorted(expected)  # every kept pair exactly once in the epoch
+    firsts = [len(batch[0]["input_ids"]) for batch in batches]
+    assert firsts != sorted(firsts)  # batches come shuffled within a chunk, not shortest first
+
+
+def test_resume_position_gives_the_batches_the_uninterrupted_stream_gives(corpus, tok):
+    straight = take(make(corpus, tok), 100)  # several chunks and into the second epoch
+    for consumed in (0, 7, 13, 40, 60, 97):
+        first = make(corpus, tok)
+        take(first, consumed + 2)  # the loader may run ahead of what was trained on
+        position = first.position_after(consumed)
+        resumed = make(corpus, tok, position=position)
+        assert take(resumed, 100 - consumed) == straight[consumed:], consumed
+    reached = make(corpus, tok)
+    take(reached, 100)
+    assert reached.position_after(40)["chunk"] > 0  # a resume inside a later chunk
+    assert reached.position_after(97)["epoch"] == 1  # and one in the second epoch
+
+
+def test_ddp_shards_split_the_pairs_between_processes(corpus, tok):
+    """Two processes' streams hold disjoint pairs (pairs r, r + 2, ...) whose union is the whole corpus."""
+
+    whole = [pair(f) for batch in one_epoch(make(corpus, tok)) for f in batch]
+    ranks = [[pair(f) for batch in one_epoch(make(corpus, tok, rank=r, world_size=2)) for f in batch] for r in (0, 1)]
+    assert sorted(ranks[0] + ranks[1]) == sorted(whole)
+    assert abs(len(ranks[0]) - len(ranks[1])) <= 0.1 * len(whole)
+    with pytest.raises(ValueError, match="rank 2 is not in a world of 2"):
+        make(corpus, tok, rank=2, world_size=2)
