@@ -1,6 +1,6 @@
 """Train the Transformer with the paper's recipe (§5) on transformers' Seq2SeqTrainer and Accelerate.
 
-The main command of the README, the tiny preset on the offline default corpus (about 10 minutes on 2 CPU cores):
+The main command of the README, the tiny preset on the offline default corpus (10–13 minutes on 2 CPU cores):
 
     python -m training.train --output_dir runs/tiny
 
