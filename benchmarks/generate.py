@@ -51,7 +51,7 @@ from benchmarks.common import (
 from benchmarks.twins import ctranslate2_translator, id_tokens, marian_twin, token_ids
 from modeling_vaswani import VaswaniConfig, VaswaniForConditionalGeneration
 from modeling_vaswani.modeling_vaswani import cpu_kernel_table
-from training.runtime import keep_freed_memory_for_reuse
+from training.common.runtime import keep_freed_memory_for_reuse
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configuration"
 CPU_SYSTEMS = ("ours", "ours-int8", "ours-aten", "marian", "ct2-float32", "ct2-int8")
@@ -101,7 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--plain_malloc",
         action="store_true",
-        help="leave glibc malloc as it is (default: keep freed large blocks for reuse, training/runtime.py; "
+        help="leave glibc malloc as it is (default: keep freed large blocks for reuse, training/common/runtime.py; "
         "it applies to every system in the process alike)",
     )
     parser.add_argument("--smoke", action="store_true", help="tiny model and sizes: seconds on CPU, for CI")
@@ -295,9 +295,10 @@ def speed_rows(args, device, env) -> list[dict]:
 
 def bleu_rows(args, device) -> list[dict]:
     """BLEU of the trained `--bleu_model` decoded in fp32 and int8: ours (paper decoding) and CTranslate2's."""
-    from training.data import load_parallel
-    from training.evaluate import evaluate_model, load_model
-    from training.metrics import compute_bleu_chrf
+    from training.data.parallel import load_parallel
+    from training.evaluation.metrics import compute_bleu_chrf
+    from training.evaluation.scoring import evaluate_model
+    from training.inference.translation import load_model
 
     model, tokenizer = load_model(args.bleu_model, device)
     data = load_parallel(test_file=args.bleu_test_file, source_lang=args.source_lang, target_lang=args.target_lang)
@@ -378,9 +379,9 @@ def real_rows(args, device) -> list[dict]:
     paper's decoding (GNMT penalty; finished sentences leave the batch). Marian: transformers' beam search with
     its |Y|^α rule, early_stopping="never", the batch's longest source + 50. CTranslate2: its beam search,
     length_penalty 0.6, the batch's longest source + 50. wall_s is the best of --repeats passes over the set."""
-    from training.data import load_parallel
-    from training.evaluate import DEFAULT_MAX_TOKENS, load_model, token_batches
-    from training.metrics import compute_bleu_chrf
+    from training.data.parallel import load_parallel
+    from training.evaluation.metrics import compute_bleu_chrf
+    from training.inference.translation import DEFAULT_MAX_TOKENS, load_model, token_batches
 
     model, tokenizer = load_model(args.model, device)
     data = load_parallel(test_file=args.test_file, source_lang=args.source_lang, target_lang=args.target_lang)

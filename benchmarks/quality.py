@@ -14,7 +14,7 @@ decoded with each system's default decoding and scored with sacreBLEU.
     python -m benchmarks.quality --device cuda --bf16 --model_config configuration/base.json --p_drop 0.3
 
 The budget. Every system trains on the same pairs (one shared BPE, trained once, the same length filter), in the
-same token-budget batches (training/batching.py: the same sampler, seed and budget, so the same batches in the same
+same token-budget batches (training/trainer/batching.py: the same sampler, seed and budget, so the same batches in the same
 order, padding counted the same way), for the same number of optimizer steps, from the same seed. Ours and the
 twin start from the same weights: the twin is built from ours (benchmarks/twins.py's `copy_weights`) except its
 sinusoid position tables, which Marian never saves and recomputes in its own layout when a checkpoint loads, so
@@ -179,9 +179,9 @@ def check_tests(args: argparse.Namespace) -> None:
 
 
 def smoke_data(folder: Path, args: argparse.Namespace) -> None:
-    """Generated pairs (training/corpus.py) as JSON-lines train/validation files, a Moses test set, and the tiny
+    """Generated pairs (training/data/corpus.py) as JSON-lines train/validation files, a Moses test set, and the tiny
     preset at d_model 32 (what tests/tiny_runs.py trains)."""
-    from training.corpus import default_corpus
+    from training.data.corpus import default_corpus
 
     folder.mkdir(parents=True, exist_ok=True)
     corpus = default_corpus(seed=1, train_size=600, validation_size=20, test_size=12)
@@ -284,7 +284,7 @@ def marian_classes():
     from transformers import MarianMTModel, Seq2SeqTrainer
     from transformers.trainer_pt_utils import LabelSmoother
 
-    from training.trainer import VaswaniTrainer
+    from training.trainer.trainer import VaswaniTrainer
 
     class MarianDefaults(MarianMTModel):
         """MarianMTModel whose generate() stops at the batch's longest source + 50 new tokens unless told a limit
@@ -368,7 +368,7 @@ def twin_trainer(trainer, tokenizer):
 
 def shared_tokenizer(args: argparse.Namespace, s: dict[str, Any], raw) -> Path:
     """The one BPE every system uses, trained once into runs_dir/tokenizer."""
-    from training.tokenizer import train_tokenizer_for
+    from training.data.tokenizer import train_tokenizer_for
 
     folder = args.runs_dir / "tokenizer"
     if not (folder / "tokenizer.json").is_file():
@@ -447,7 +447,7 @@ def averaged_model(system: str, run: Path, last: int, device: str):
     through `python -m training.average` (a model folder, written once); the twin's checkpoints lack the position
     tables Marian recomputes, which that command's folder check refuses, so its average is loaded in memory from
     the same `average_checkpoints`."""
-    from training.average import average_checkpoints, checkpoint_step, complete_checkpoints
+    from training.checkpoints.averaging import average_checkpoints, checkpoint_step, complete_checkpoints
 
     done = complete_checkpoints(run)
     if len(done) < last:
@@ -475,7 +475,7 @@ def averaged_model(system: str, run: Path, last: int, device: str):
 
 def load_for_decoding(system: str, folder: Path, device: str):
     """(model, tokenizer) of a model folder, each system with its own class and generation config."""
-    from training.evaluate import load_model
+    from training.inference.translation import load_model
 
     if system != "marian":
         return load_model(str(folder), device)
@@ -486,7 +486,7 @@ def load_for_decoding(system: str, folder: Path, device: str):
 
 
 def read_set(prefix: str, args: argparse.Namespace) -> tuple[list[str], list[str]]:
-    from training.data import load_parallel
+    from training.data.parallel import load_parallel
 
     part = next(
         iter(load_parallel(test_file=prefix, source_lang=args.source_lang, target_lang=args.target_lang).values())
@@ -497,7 +497,7 @@ def read_set(prefix: str, args: argparse.Namespace) -> tuple[list[str], list[str
 
 def decode_all(args: argparse.Namespace, records: dict[str, dict], device: str) -> list[dict]:
     """Every system (last checkpoint and average) on the validation set and every --test set."""
-    from training.evaluate import evaluate_model
+    from training.evaluation.scoring import evaluate_model
 
     sets = {"val": read_set(args.validation_file, args)}
     for prefix in args.test:
@@ -601,7 +601,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     set_threads(args.threads)
     settings = {system: system_settings(args, system, args.runs_dir / system) for system in args.systems}
     first = settings[args.systems[0]]
-    from training.data import load_parallel
+    from training.data.parallel import load_parallel
 
     raw = load_parallel(train_file=first["train_file"], validation_file=first["validation_file"],
                         source_lang=args.source_lang, target_lang=args.target_lang)  # fmt: skip
@@ -632,6 +632,6 @@ def main(argv: list[str] | None = None) -> list[dict]:
 
 
 if __name__ == "__main__":
-    from training.errors import run_command
+    from training.common.errors import run_command
 
     run_command(main)

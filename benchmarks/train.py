@@ -30,9 +30,9 @@ The cases.
 - "fixed": random token ids in 4..V-1 (no specials, no padding), B × T_src source and B × T_tgt target tokens, the
   same batch every step.
 - "budget": real sentence-length distribution. Multi30k's training split (../shared/data/multi30k/train.{en,de}.gz)
-  where it exists, else the generated default corpus (training/corpus.py); a shared BPE trained on it with
-  training/tokenizer.py (vocabulary = the preset's vocab_size, or fewer where the data has fewer pieces), tokenized
-  and length-filtered with training/data.py, cut into token-budget batches by `TokenBudgetBatchSampler` (≤
+  where it exists, else the generated default corpus (training/data/corpus.py); a shared BPE trained on it with
+  training/data/tokenizer.py (vocabulary = the preset's vocab_size, or fewer where the data has fewer pieces), tokenized
+  and length-filtered with training/data/parallel.py, cut into token-budget batches by `TokenBudgetBatchSampler` (≤
   --max_tokens padded tokens per side, shuffled with --seed) and padded by `DataCollatorForSeq2Seq` as
   training/train.py does. The timed steps take --steps different batches (repeated where the data has fewer); the
   warm-up takes the next ones, and with "compile" it first goes once through all the timed batches, so that
@@ -91,7 +91,7 @@ from benchmarks.common import (
 from benchmarks.twins import marian_twin, model_flops_per_token
 from modeling_vaswani import VaswaniConfig, VaswaniForConditionalGeneration
 from modeling_vaswani.modeling_vaswani import cpu_kernel_table
-from training.runtime import keep_freed_memory_for_reuse
+from training.common.runtime import keep_freed_memory_for_reuse
 
 ROOT = Path(__file__).resolve().parents[1]
 PRESETS = ROOT / "configuration"
@@ -338,12 +338,12 @@ def batch_stats(batches: list[dict[str, torch.Tensor]], config: VaswaniConfig) -
 def find_data(name: str) -> tuple[dict, str]:
     """load_parallel arguments and a label for --data ("auto": Multi30k where it exists, else the default corpus)."""
     if name == "default":
-        return {"dataset_name": "default"}, "default corpus (training/corpus.py)"
+        return {"dataset_name": "default"}, "default corpus (training/data/corpus.py)"
     if name == "auto":
         for prefix in MULTI30K:
             if prefix.with_name("train.en.gz").is_file() or prefix.with_name("train.en").is_file():
                 return {"train_file": str(prefix)}, f"Multi30k train ({prefix})"
-        return {"dataset_name": "default"}, "default corpus (training/corpus.py; no Multi30k found)"
+        return {"dataset_name": "default"}, "default corpus (training/data/corpus.py; no Multi30k found)"
     path = Path(name)
     moses = [path.with_name(f"{path.name}.{lang}{gz}") for lang in (SOURCE_LANG, TARGET_LANG) for gz in ("", ".gz")]
     if not path.is_file() and not any(p.is_file() for p in moses):
@@ -359,9 +359,9 @@ def budget_batches(
     import datasets
     from transformers import DataCollatorForSeq2Seq
 
-    from training.batching import TokenBudgetBatchSampler
-    from training.data import load_parallel, tokenize_pairs
-    from training.tokenizer import train_tokenizer_for
+    from training.data.parallel import load_parallel, tokenize_pairs
+    from training.data.tokenizer import train_tokenizer_for
+    from training.trainer.batching import TokenBudgetBatchSampler
 
     source, label = find_data(args.data)
     bars = datasets.is_progress_bar_enabled()
@@ -534,7 +534,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     set_threads(args.threads)
     config = load_preset(args.preset, args.vocab_size)
     env = environment(device)
-    env["malloc_keeps_freed_blocks"] = keep_freed_memory_for_reuse()  # training/runtime.py; both systems alike
+    env["malloc_keeps_freed_blocks"] = keep_freed_memory_for_reuse()  # training/common/runtime.py; both systems alike
 
     # every batch first (a bad --data fails here, before any model is built)
     workloads = {}  # case → (config, timed batches, further warm-up batches, case info)

@@ -8,15 +8,15 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from training.average import average_state_dicts
 from training.average import main as average_main
+from training.checkpoints.averaging import average_state_dicts
 from training.train import main as train_main
 
 try:
     from .tiny_runs import write_inputs
 except ImportError:  # tests/ is not a package: pytest put it on sys.path
     from tiny_runs import write_inputs
-from training.checkpoints import COMPLETE_MARKER
+from training.checkpoints.complete import COMPLETE_MARKER
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -138,7 +138,7 @@ def test_integer_and_bool_tensors_are_not_averaged():
 
 def test_the_cli_warns_about_integer_tensors_that_differ(run, tmp_path):
     """Through the files: two checkpoints of a model with an integer tensor that differs between them."""
-    from training.average import average_checkpoints
+    from training.checkpoints.averaging import average_checkpoints
 
     folders = []
     for name, value in (("checkpoint-1", 1), ("checkpoint-2", 2)):
@@ -241,8 +241,8 @@ def test_an_existing_output_folder_is_replaced_only_with_overwrite(run, tmp_path
 
 def test_checkpoints_of_different_tokenizers_are_refused(run, tmp_path):
     """Before: averaged without a word although most token ids meant different tokens in the two checkpoints."""
-    from training.corpus import default_corpus
-    from training.tokenizer import train_tokenizer
+    from training.data.corpus import default_corpus
+    from training.data.tokenizer import train_tokenizer
 
     other = _checkpoint_copy(run, tmp_path / "other-tokenizer", 60)
     corpus = default_corpus(seed=9, train_size=300, validation_size=0, test_size=0)

@@ -13,7 +13,7 @@ from torch.utils.data import DataLoader
 from transformers import DataCollatorForSeq2Seq, PreTrainedTokenizerFast, Seq2SeqTrainer, Seq2SeqTrainingArguments
 
 from modeling_vaswani import VaswaniConfig, VaswaniForConditionalGeneration
-from training.batching import (
+from training.trainer.batching import (
     BudgetCheckedCollator,
     TokenBudgetBatchSampler,
     TokenBudgetTrainerMixin,

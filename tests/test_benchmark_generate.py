@@ -80,8 +80,8 @@ def test_smoke_run_writes_rows_tables_and_ratios(tmp_path):
 def real_data_argv(tmp_path, paper_decoding: bool = False) -> list[str]:
     """A random tiny model folder (its generation config transformers' greedy default, or the paper's beam 4) and a
     12-line Moses-style test set: the real-data mode's arguments."""
-    from training.corpus import default_corpus
-    from training.tokenizer import train_tokenizer
+    from training.data.corpus import default_corpus
+    from training.data.tokenizer import train_tokenizer
 
     pairs = default_corpus(seed=1, train_size=200, validation_size=0, test_size=12)
     tokenizer = train_tokenizer(

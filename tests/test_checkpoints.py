@@ -1,4 +1,4 @@
-"""Resume after any damage (training/checkpoints.py, train --resume): a kill twice in the same save, each file of
+"""Resume after any damage (training/checkpoints/complete.py, train --resume): a kill twice in the same save, each file of
 a checkpoint deleted or corrupted in turn; never a fresh optimizer or schedule, never a false warning."""
 
 import json
@@ -9,7 +9,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from training.checkpoints import (
+from training.checkpoints.complete import (
     COMPLETE_MARKER,
     checkpoint_problems,
     find_resumable,

@@ -14,9 +14,9 @@ import torch
 
 from modeling_vaswani import VaswaniConfig, VaswaniForConditionalGeneration
 from training import average, evaluate, publish, train, translate
-from training.corpus import default_corpus
-from training.errors import EXIT_BAD_INPUT, run_command
-from training.tokenizer import train_tokenizer
+from training.common.errors import EXIT_BAD_INPUT, run_command
+from training.data.corpus import default_corpus
+from training.data.tokenizer import train_tokenizer
 
 try:
     from .tiny_runs import TINY_TRAIN_ARGS, write_inputs

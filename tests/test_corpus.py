@@ -1,13 +1,12 @@
 """The generated default corpus: correct German numbers, dates and word order; deterministic; disjoint splits."""
 
-import json
 import random
 import re
 
 import pytest
 
-from training import corpus
-from training.corpus import (
+from training.data import corpus
+from training.data.corpus import (
     default_corpus,
     english_number,
     english_ordinal,
@@ -18,7 +17,7 @@ from training.corpus import (
     german_year,
 )
 
-# Convention (see training/corpus.py): a leading one before hundert/tausend is left out, an inner one is kept.
+# Convention (see training/data/corpus.py): a leading one before hundert/tausend is left out, an inner one is kept.
 GERMAN_NUMBERS = {
     0: "null",
     1: "eins",
@@ -374,20 +373,3 @@ def test_every_source_has_one_translation():
 def test_bad_sizes_raise():
     with pytest.raises(ValueError, match="train_size must be a non-negative int"):
         default_corpus(train_size=-1)
-
-
-def test_cli_writes_jsonl_and_refuses_to_overwrite(tmp_path, capsys):
-    out = tmp_path / "corpus"
-    corpus.main(["--out", str(out), "--train_size", "50", "--validation_size", "5", "--test_size", "5"])
-    printed = capsys.readouterr().out
-    assert "train:     50 pairs" in printed and "→" in printed
-    rows = [json.loads(line) for line in (out / "train.jsonl").read_text(encoding="utf-8").splitlines()]
-    assert len(rows) == 50 and set(rows[0]["translation"]) == {"en", "de"}
-    assert rows == [{"translation": t} for t in default_corpus(0, 50, 5, 5)["train"]["translation"]]
-    before = (out / "test.jsonl").read_text(encoding="utf-8")
-    with pytest.raises(SystemExit):
-        corpus.main(["--out", str(out), "--seed", "3"])
-    assert "--overwrite" in capsys.readouterr().err
-    assert (out / "test.jsonl").read_text(encoding="utf-8") == before
-    corpus.main(["--out", str(out), "--seed", "3", "--train_size", "10", "--overwrite"])
-    assert len((out / "train.jsonl").read_text(encoding="utf-8").splitlines()) == 10

@@ -12,9 +12,9 @@ import huggingface_hub
 import pytest
 from tokenizers import Tokenizer
 
-from training.corpus import default_corpus
-from training.data import load_parallel, tokenize_pairs
-from training.tokenizer import train_tokenizer, wrap_tokenizer
+from training.data.corpus import default_corpus
+from training.data.parallel import load_parallel, tokenize_pairs
+from training.data.tokenizer import train_tokenizer, wrap_tokenizer
 
 MULTI30K = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
 PAIRS = [("Two apples.", "Zwei Äpfel."), ("at half past seven", "um halb acht"), ("Thirty streets", "Dreißig Straßen")]
@@ -268,7 +268,7 @@ def test_empty_and_over_long_pairs_are_dropped_with_logged_counts(tmp_path, tok,
     with missing.open("a", encoding="utf-8") as f:
         f.write(json.dumps({"translation": {"en": "no German here"}}) + "\n")  # "de" missing: null, an empty side
     ds = load_parallel(train_file=path, validation_file=missing, cache_dir=str(tmp_path / "cache"))
-    with caplog.at_level(logging.INFO, logger="training.data"):
+    with caplog.at_level(logging.INFO, logger="training.data.parallel"):
         out = tokenize_pairs(ds, tok, "en", "de", max_length=10)
     assert out.stats["train"] == {"pairs": 8, "empty": 4, "too_long": 2, "kept": 2}
     assert out.stats["validation"] == {"pairs": 3, "empty": 1, "too_long": 0, "kept": 2}
@@ -356,7 +356,7 @@ def test_moses_cache_follows_the_content_not_the_path_or_time(tmp_path, cache):
 def test_tokenized_moses_corpus_is_reused_and_recomputed_when_an_input_changes(tmp_path, tok, monkeypatch):
     """Same files, tokenizer and filter: the tokenized split comes from the cache without tokenizing anything.
     A changed file, vocabulary or length filter gives a new fingerprint and tokenizes again."""
-    import training.data as data
+    import training.data.parallel as data
 
     cache = str(tmp_path / "cache")
     prefix = _moses_corpus(tmp_path / "train", 300)
@@ -413,13 +413,13 @@ def test_num_proc_and_the_batched_fast_path_change_nothing(tmp_path, tok):
 
 
 def test_bpe_learns_from_a_logged_sample_and_is_cached_by_its_settings(tmp_path, caplog):
-    from training.tokenizer import iter_pair_texts, shared_bpe
+    from training.data.tokenizer import iter_pair_texts, shared_bpe
 
     cache = str(tmp_path / "cache")
     train = load_parallel(train_file=_moses_corpus(tmp_path / "train", 500), cache_dir=cache)["train"]
     batches = iter_pair_texts(train, "en", "de", batch_size=64)
     assert not isinstance(batches, list) and max(len(b) for b in batches) <= 128  # batches, never the corpus
-    with caplog.at_level(logging.INFO, logger="training.tokenizer"):
+    with caplog.at_level(logging.INFO, logger="training.data.tokenizer"):
         tok_a, info = shared_bpe(train, "en", "de", 300, max_pairs=200, cache_dir=cache, show_progress=False)
     assert info["sampled"] and info["pairs"] == 500 and info["pairs_used"] == 200 and not info["cached"]
     assert any("learning from a random sample of 200" in r.getMessage() for r in caplog.records)

@@ -8,9 +8,10 @@ import pytest
 import sacrebleu
 import torch
 
-from training.corpus import default_corpus
-from training.evaluate import EvaluationError, evaluate_model, load_model, token_batches
+from training.data.corpus import default_corpus
 from training.evaluate import main as evaluate_main
+from training.evaluation.scoring import evaluate_model
+from training.inference.translation import EvaluationError, load_model, token_batches
 from training.train import main as train_main
 
 try:

@@ -25,7 +25,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from training.evaluate import load_model
 from training.export import (
     ExportedForGeneration,
     ExportError,
@@ -33,6 +32,7 @@ from training.export import (
     ctranslate2_options,
 )
 from training.export import main as export_main
+from training.inference.translation import load_model
 from training.train import main as train_main
 
 try:

@@ -1,10 +1,10 @@
-"""Our own evaluate metric (training/sacrebleu_metric.py) loads offline and agrees with sacrebleu itself."""
+"""Our own evaluate metric (training/evaluation/sacrebleu_metric.py) loads offline and agrees with sacrebleu itself."""
 
 import evaluate
 import pytest
 import sacrebleu
 
-from training.metrics import METRIC_SCRIPT, compute_bleu_chrf, load_sacrebleu
+from training.evaluation.metrics import METRIC_SCRIPT, compute_bleu_chrf, load_sacrebleu
 
 PREDICTIONS = [
     "Ich habe am Montag fünf Bücher gekauft.",

@@ -1,4 +1,4 @@
-"""training/model_card.py on a real (tiny) run: train → average → evaluate, then render the card.
+"""training/hub/model_card.py on a real (tiny) run: train → average → evaluate, then render the card.
 
 The card must parse with huggingface_hub without warnings, carry the Hub metadata (model-index with BLEU and its
 sacreBLEU signature), leave no template syntax, and hold no number that is not in the run's own files: every
@@ -27,8 +27,7 @@ try:
 except ImportError:  # tests/ is not a package: pytest put it on sys.path
     from tiny_runs import write_inputs
 from training.evaluate import main as evaluate_main
-from training.model_card import TEMPLATE, CardError, render_card
-from training.model_card import main as card_main
+from training.hub.model_card import TEMPLATE, CardError, render_card
 from training.train import main as train_main
 
 REPO = Path(__file__).resolve().parent.parent
@@ -216,16 +215,3 @@ def test_scores_of_another_model_are_refused(run, scores):
     other = {**scores["test"], "model": str(run["run"])}  # the run's final weights, not the averaged ones
     with pytest.raises(CardError, match="whose weights are not those of"):
         render_card(run["avg"], scores={"test": other})
-
-
-def test_card_command_writes_once(run, tmp_path, capsys):
-    out = tmp_path / "README.md"
-    argv = [str(run["avg"]), "--repo_id", "user/tiny-vaswani", "--scores", f"test={run['scores']}", "--output"]
-    card_main([*argv, str(out)])
-    assert ModelCard.load(out).data.to_dict()["model-index"][0]["name"] == "tiny-vaswani"
-    with pytest.raises(SystemExit):
-        card_main([*argv, str(out)])
-    assert "exists: pass --overwrite" in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        card_main([str(run["avg"]), "--repo_id", "a/b/c"])
-    assert "repo id 'a/b/c' is not valid" in capsys.readouterr().err

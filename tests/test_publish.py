@@ -23,8 +23,9 @@ from safetensors.torch import load_file
 import modeling_vaswani
 from modeling_vaswani import VaswaniConfig, VaswaniForConditionalGeneration
 from training import publish
-from training.corpus import default_corpus
-from training.tokenizer import train_tokenizer
+from training.data.corpus import default_corpus
+from training.data.tokenizer import train_tokenizer
+from training.hub import upload
 
 try:
     from .isolated import run_isolated
@@ -344,4 +345,4 @@ def test_an_upload_folder_with_a_pickle_or_without_code_fails_its_check(model_fo
         shutil.copytree(out, staged)
         damage(staged)
         with pytest.raises(publish.PublishError, match=message):
-            publish.check_upload_folder(model_folder, staged)
+            upload.check_upload_folder(model_folder, staged)

@@ -23,7 +23,7 @@ def write_moses(prefix: Path, pairs: list[tuple[str, str]], gz: bool) -> None:
 
 
 def test_quality_smoke(tmp_path, one_thread):
-    from training.corpus import default_corpus
+    from training.data.corpus import default_corpus
 
     rows_in = default_corpus(seed=7, train_size=1, validation_size=1, test_size=6)["test"]["translation"]
     pairs = [(r["en"], r["de"]) for r in rows_in]
@@ -98,7 +98,7 @@ def test_quality_smoke(tmp_path, one_thread):
 
 def test_twin_starts_from_our_weights_and_reloads_as_the_same_function(tmp_path):
     from modeling_vaswani import VaswaniConfig, VaswaniForConditionalGeneration
-    from training.tokenizer import train_tokenizer
+    from training.data.tokenizer import train_tokenizer
 
     tokenizer = train_tokenizer(["a small house", "ein kleines Haus"] * 20, vocab_size=40, show_progress=False)
     config = VaswaniConfig(vocab_size=len(tokenizer), d_model=16, d_ff=32, h=2, encoder_layers=1, decoder_layers=1)

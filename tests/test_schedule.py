@@ -8,7 +8,7 @@ import torch
 from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments, TrainerCallback
 
 from modeling_vaswani import VaswaniConfig, VaswaniForConditionalGeneration
-from training.schedule import PaperScheduleTrainerMixin, get_paper_schedule, paper_lrate
+from training.trainer.schedule import PaperScheduleTrainerMixin, get_paper_schedule, paper_lrate
 
 try:
     from .tiny_runs import cpu_trainer_args

@@ -1,13 +1,13 @@
-"""--streaming (training/streaming.py): token-budget batches from length-sorted chunks of a stream, an exact resume
+"""--streaming (training/data/streaming.py): token-budget batches from length-sorted chunks of a stream, an exact resume
 position (the stream resumed there yields the uninterrupted stream's batches), DDP shards that split the pairs."""
 
 from pathlib import Path
 
 import pytest
 
-from training.corpus import default_corpus
-from training.streaming import TokenBudgetStream, stream_parallel
-from training.tokenizer import train_tokenizer
+from training.data.corpus import default_corpus
+from training.data.streaming import TokenBudgetStream, stream_parallel
+from training.data.tokenizer import train_tokenizer
 
 PAIRS = 700
 

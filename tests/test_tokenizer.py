@@ -7,8 +7,8 @@ import datasets
 import pytest
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
-from training.corpus import default_corpus
-from training.tokenizer import SPECIAL_TOKENS, train_tokenizer, train_tokenizer_for
+from training.data.corpus import default_corpus
+from training.data.tokenizer import SPECIAL_TOKENS, train_tokenizer, train_tokenizer_for
 
 # NFKC-stable sentences (NFKC leaves them unchanged) with punctuation, umlauts, ß, digits and several words.
 ROUND_TRIP = [

@@ -16,7 +16,7 @@ try:
     from .tiny_runs import write_inputs
 except ImportError:  # tests/ is not a package: pytest put it on sys.path
     from tiny_runs import write_inputs
-from training.checkpoints import COMPLETE_MARKER, last_complete_checkpoint
+from training.checkpoints.complete import COMPLETE_MARKER, last_complete_checkpoint
 from training.train import main as train_main
 
 REPO = Path(__file__).resolve().parent.parent
@@ -214,7 +214,7 @@ def test_a_second_run_on_the_same_files_reuses_the_bpe_and_the_tokenized_data(da
     the cache without tokenizing a pair; run 3 with another vocabulary size learns a new BPE. All three record it."""
     import datasets
 
-    import training.data
+    import training.data.parallel
 
     monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "cache")
     rows = [json.loads(line)["translation"] for line in data["train"].read_text().splitlines()]
@@ -229,7 +229,7 @@ def test_a_second_run_on_the_same_files_reuses_the_bpe_and_the_tokenized_data(da
         raise AssertionError("tokenized again although files, tokenizer and filter are the same")
 
     with monkeypatch.context() as m:
-        m.setattr(training.data, "_encode_table", no_tokenizing)
+        m.setattr(training.data.parallel, "_encode_table", no_tokenizing)
         second = train_main(args(data, tmp_path / "two", *steps))
     assert second["data_preparation"]["bpe"]["cached"] is True
     assert second["seconds_to_first_step"] > 0

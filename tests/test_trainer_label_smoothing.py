@@ -2,7 +2,7 @@
 
 - transformers' own `Seq2SeqTrainer` with `label_smoothing_factor=0.1` trains our model, fused loss switched on or
   not: its `LabelSmoother` sees the logits of a call without labels;
-- `VaswaniTrainer` (the recipe's path, training/trainer.py) hands ε_ls to the model's own loss, fused or not, and gets
+- `VaswaniTrainer` (the recipe's path, training/trainer/trainer.py) hands ε_ls to the model's own loss, fused or not, and gets
   the same loss and the same gradients as `LabelSmoother`, normalised by `num_items_in_batch` alike.
 """
 
@@ -11,7 +11,7 @@ import torch
 from transformers import Seq2SeqTrainer, default_data_collator
 
 from modeling_vaswani import VaswaniConfig, VaswaniForConditionalGeneration
-from training.trainer import VaswaniTrainer
+from training.trainer.trainer import VaswaniTrainer
 
 try:
     from .tiny_runs import cpu_trainer_args

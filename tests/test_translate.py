@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from training.evaluate import load_model
+from training.inference.translation import load_model
 from training.train import main as train_main
 
 try:

@@ -7,7 +7,7 @@ from pathlib import Path
 import torch
 from transformers import Seq2SeqTrainingArguments
 
-from training.corpus import default_corpus
+from training.data.corpus import default_corpus
 
 REPO = Path(__file__).resolve().parent.parent
 # a shared BPE of 300 tokens and 600 source + 600 target tokens a step: a few milliseconds per step on a CPU

@@ -22,9 +22,10 @@ Sources are sorted by length and cut into batches of at most `--max_tokens` sour
 that padding is small; the output is put back in the original order. Decoding is deterministic: a repeat run
 gives the same hypotheses and scores.
 
-From Python (the same code path):
+From Python (the same code path, training/evaluation/scoring.py):
 
-    from training.evaluate import evaluate_model, load_model
+    from training.inference.translation import load_model
+    from training.evaluation.scoring import evaluate_model
     model, tokenizer = load_model("runs/tiny")
     result = evaluate_model(model, tokenizer, sources, references, max_tokens=4000, generate_kwargs={})
     result["bleu"], result["signature"], result["hypotheses"]
@@ -33,247 +34,24 @@ From Python (the same code path):
 from __future__ import annotations
 
 import argparse
-import copy
 import json
-import sys
-import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from training.errors import add_debug_flag, problems_message, run_command
-from training.runtime import keep_freed_memory_for_reuse
+from training.common.arguments import add_decoding_arguments, check_decoding_arguments, generate_overrides
+from training.common.errors import add_debug_flag, problems_message, run_command
+from training.common.files import read_lines
+from training.common.runtime import keep_freed_memory_for_reuse
+from training.evaluation.scoring import evaluate_model
+from training.inference.translation import DEFAULT_MAX_TOKENS, EvaluationError, load_model
 
 # torch, transformers and the metrics load inside the functions that use them: `--help` and a bad command line are
 # answered without them (tests/test_cli_errors.py)
 
-DEFAULT_MAX_TOKENS = 4000
-DECODING_FIELDS = ("num_beams", "length_penalty", "length_penalty_rule", "max_length_over_source", "max_new_tokens",
-                   "max_length", "early_stopping", "do_sample")  # fmt: skip
-
-
-class EvaluationError(ValueError):
-    """Bad input to evaluation or translation: reported before any decoding."""
-
-
-# --------------------------------------------------------------------------------------------------------------
-# model and batching
-
-
-def load_model(name_or_path: str, device: str | None = None, cpu_kernel: str | None = None):
-    """(model, tokenizer) of a model folder or Hub id, in eval mode on `device` (default: cuda if present).
-
-    `cpu_kernel` picks the linear-layer kernel of CPU inference ("auto", the default; "onednn"; "int8"; "aten").
-
-    Raises EvaluationError naming the problem and the file: a missing folder, a folder without config.json, a
-    config.json with a bad field, unreadable weights, or a Hub id that cannot be loaded (offline, only cached
-    models load).
-    """
-    import torch
-    from safetensors import SafetensorError
-    from transformers import AutoConfig, AutoModelForSeq2SeqLM, AutoTokenizer
-
-    import modeling_vaswani  # noqa: F401  (registers model_type "vaswani" with the Auto classes)
-
-    path = Path(name_or_path).expanduser()
-    looks_local = path.exists() or name_or_path.startswith((".", "/", "~")) or name_or_path.count("/") > 1
-    if looks_local:
-        if not path.is_dir():
-            raise EvaluationError(f"--model {name_or_path}: no such model folder")
-        if not (path / "config.json").is_file():
-            raise EvaluationError(f"--model {name_or_path}: not a model folder (no config.json)")
-        if not (path / "tokenizer_config.json").is_file() and not (path / "tokenizer.json").is_file():
-            raise EvaluationError(f"--model {name_or_path}: the folder has no tokenizer (tokenizer_config.json)")
-    where = "model folder" if looks_local else "model folder or Hub model"
-    config_file = path / "config.json" if looks_local else f"{name_or_path} (config.json)"
-    try:
-        config = AutoConfig.from_pretrained(name_or_path)
-    except ValueError as e:  # a bad field (type or value) of config.json
-        raise EvaluationError(f"--model {config_file}: {e}") from e
-    except OSError as e:
-        raise EvaluationError(f"--model {name_or_path}: could not load it as a {where}: {e}") from e
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(name_or_path)
-        model = AutoModelForSeq2SeqLM.from_pretrained(name_or_path, config=config)
-    except SafetensorError as e:  # a truncated or overwritten weights file: say which
-        files = sorted(str(p) for p in path.glob("*.safetensors")) if looks_local else [name_or_path]
-        raise EvaluationError(f"--model {', '.join(files)}: unreadable safetensors weights ({e})") from e
-    except (OSError, ValueError) as e:
-        raise EvaluationError(f"--model {name_or_path}: could not load it as a {where}: {e}") from e
-    if device is None:
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    if cpu_kernel is not None:
-        if not hasattr(model, "set_cpu_kernel"):
-            raise EvaluationError(f"--cpu_kernel: {type(model).__name__} has no choice of CPU kernels")
-        try:
-            model.set_cpu_kernel(cpu_kernel)
-        except ValueError as e:
-            raise EvaluationError(f"--cpu_kernel: {e}") from e
-    return model.to(device).eval(), tokenizer
-
-
-def token_batches(lengths: Sequence[int], max_tokens: int) -> list[list[int]]:
-    """Indices cut into batches of similar length: sorted longest first (ties by index), each batch holding at most
-    `max_tokens` tokens with padding counted (n · longest ≤ max_tokens); a longer sentence gets a batch of its own.
-    Deterministic, so a repeat run decodes the same batches."""
-    if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
-        raise EvaluationError(f"max_tokens must be a positive integer, got {max_tokens!r}")
-    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
-    batches: list[list[int]] = []
-    for i in order:
-        if batches and (len(batches[-1]) + 1) * lengths[batches[-1][0]] <= max_tokens:
-            batches[-1].append(i)
-        else:
-            batches.append([i])
-    return batches
-
-
-def one_line(text: str) -> str:
-    """A translation on one line: any line break the tokenizer may decode (\\n, \\r, U+2028, ...) becomes a space."""
-    return " ".join(text.splitlines())
-
-
-def translate_batched(
-    model,
-    tokenizer,
-    texts: Sequence[str],
-    *,
-    max_tokens: int = DEFAULT_MAX_TOKENS,
-    generate_kwargs: Mapping[str, Any] | None = None,
-    max_source_tokens: int | None = None,
-    progress: bool = True,
-    stats: dict[str, int] | None = None,
-) -> list[str]:
-    """Translate `texts` in token-budget batches; one output per text, in the order given.
-
-    A blank (empty or whitespace-only) text gives "" and is not sent to the model. Texts are stripped; with
-    `max_source_tokens` each is truncated to that many tokens (`</s>` included). The progress bar goes to stderr.
-    `stats`, if given, receives `source_tokens` and `generated_tokens` (special tokens and padding excluded).
-    """
-    outputs = [""] * len(texts)
-    keep = [i for i, text in enumerate(texts) if text.strip()]
-    if not keep:
-        return outputs
-    import torch
-    from tqdm.auto import tqdm
-
-    truncate = {"truncation": True, "max_length": max_source_tokens} if max_source_tokens else {}
-    encoded = tokenizer([texts[i].strip() for i in keep], **truncate)["input_ids"]
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else model.config.pad_token_id
-    special = torch.tensor(sorted({*tokenizer.all_special_ids, pad}))
-    device = next(model.parameters()).device
-    source_tokens = generated_tokens = 0
-    batches = token_batches([len(ids) for ids in encoded], max_tokens)
-    bar = tqdm(total=len(keep), desc="Translating", unit="sent", file=sys.stderr, disable=not progress)
-    with torch.inference_mode():
-        for batch in batches:
-            longest = max(len(encoded[j]) for j in batch)
-            input_ids = torch.full((len(batch), longest), pad, dtype=torch.long)
-            attention_mask = torch.zeros((len(batch), longest), dtype=torch.long)
-            for row, j in enumerate(batch):
-                input_ids[row, : len(encoded[j])] = torch.tensor(encoded[j])
-                attention_mask[row, : len(encoded[j])] = 1
-            out = model.generate(
-                input_ids=input_ids.to(device), attention_mask=attention_mask.to(device), **(generate_kwargs or {})
-            ).cpu()
-            for row, text in enumerate(tokenizer.batch_decode(out, skip_special_tokens=True)):
-                outputs[keep[batch[row]]] = one_line(text)
-            source_tokens += int(attention_mask.sum())
-            generated_tokens += int((~torch.isin(out, special)).sum())
-            bar.update(len(batch))
-    bar.close()
-    if stats is not None:
-        stats.update(source_tokens=source_tokens, generated_tokens=generated_tokens)
-    return outputs
-
-
-def decoding_settings(model, generate_kwargs: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The decoding settings `model.generate(**generate_kwargs)` uses: the generation config with the overrides."""
-    config = copy.deepcopy(model.generation_config)
-    config.update(**dict(generate_kwargs or {}))
-    settings = {field: getattr(config, field, None) for field in DECODING_FIELDS}
-    if settings["max_new_tokens"] is not None:
-        settings["output_limit"] = f"{settings['max_new_tokens']} new tokens"
-    elif settings["max_length"] is not None:
-        settings["output_limit"] = f"{settings['max_length']} tokens"
-    elif settings["max_length_over_source"] is not None:
-        settings["output_limit"] = f"|source| + {settings['max_length_over_source']} tokens"
-    return settings
-
 
 # --------------------------------------------------------------------------------------------------------------
 # evaluation
-
-
-def evaluate_model(
-    model,
-    tokenizer,
-    sources: Sequence[str],
-    references: Sequence[str],
-    *,
-    max_tokens: int = DEFAULT_MAX_TOKENS,
-    generate_kwargs: Mapping[str, Any] | None = None,
-    progress: bool = True,
-) -> dict[str, Any]:
-    """Translate `sources` and score them against `references` with sacreBLEU (BLEU, chrF).
-
-    Returns `hypotheses` (in the order of `sources`), `bleu`, `chrf`, `signature`, `chrf_signature`, BLEU's parts
-    (`precisions`, `bp`, `sys_len`, `ref_len`, ...), `decoding` (the settings used), `n_sentences`, `wall_seconds`,
-    `sentences_per_second`, `source_tokens`, `generated_tokens` and `tokens_per_second` (generated target tokens,
-    special tokens and padding excluded). Raises EvaluationError for an empty test set or different lengths.
-    """
-    if len(sources) == 0:
-        raise EvaluationError("the test set is empty: no sentences to translate")
-    if len(sources) != len(references):
-        raise EvaluationError(f"{len(sources)} sources but {len(references)} references: they must be line-aligned")
-    stats: dict[str, int] = {}
-    started = time.perf_counter()
-    hypotheses = translate_batched(
-        model,
-        tokenizer,
-        sources,
-        max_tokens=max_tokens,
-        generate_kwargs=generate_kwargs,
-        progress=progress,
-        stats=stats,
-    )
-    seconds = time.perf_counter() - started
-    from training.metrics import compute_bleu_chrf
-
-    scores = compute_bleu_chrf(hypotheses, list(references))
-    return {
-        "bleu": scores.pop("bleu"),
-        "chrf": scores.pop("chrf"),
-        "signature": scores.pop("signature"),
-        "chrf_signature": scores.pop("chrf_signature"),
-        **scores,
-        "decoding": decoding_settings(model, generate_kwargs),
-        "n_sentences": len(sources),
-        "wall_seconds": round(seconds, 3),
-        "sentences_per_second": round(len(sources) / max(seconds, 1e-9), 3),
-        "source_tokens": stats.get("source_tokens", 0),
-        "generated_tokens": stats.get("generated_tokens", 0),
-        "tokens_per_second": round(stats.get("generated_tokens", 0) / max(seconds, 1e-9), 1),
-        "hypotheses": hypotheses,
-    }
-
-
-def read_lines(path: Path, what: str) -> list[str]:
-    """The lines of a UTF-8 text file (no line-end characters); EvaluationError naming the file and line if the
-    file is missing or not UTF-8."""
-    if not path.is_file():
-        raise EvaluationError(f"{what} {path}: no such file")
-    lines = []
-    for number, raw in enumerate(path.read_bytes().split(b"\n"), start=1):
-        try:
-            lines.append(raw.decode("utf-8").removesuffix("\r"))
-        except UnicodeDecodeError as e:
-            raise EvaluationError(f"{what} {path}, line {number}: not UTF-8 ({e.reason} at byte {e.start})") from None
-    if lines and lines[-1] == "":  # the newline that ends the last line
-        lines.pop()
-    if lines and lines[0].startswith("\ufeff"):
-        lines[0] = lines[0][1:]
-    return lines
 
 
 def load_test_set(args: argparse.Namespace) -> tuple[list[str], list[str], dict[str, Any]]:
@@ -281,8 +59,11 @@ def load_test_set(args: argparse.Namespace) -> tuple[list[str], list[str], dict[
     if args.source_file or args.reference_file:
         if not (args.source_file and args.reference_file):
             raise EvaluationError("--source_file and --reference_file go together: give both")
-        sources = read_lines(args.source_file, "--source_file")
-        references = read_lines(args.reference_file, "--reference_file")
+        try:
+            sources = read_lines(args.source_file, "--source_file")
+            references = read_lines(args.reference_file, "--reference_file")
+        except ValueError as e:  # a missing file or a line that is not UTF-8, named
+            raise EvaluationError(str(e)) from None
         if len(sources) != len(references):
             raise EvaluationError(
                 f"--source_file {args.source_file} has {len(sources)} lines but --reference_file "
@@ -290,7 +71,7 @@ def load_test_set(args: argparse.Namespace) -> tuple[list[str], list[str], dict[
             )
         data = {"source_file": str(args.source_file), "reference_file": str(args.reference_file)}
     else:
-        from training.data import load_parallel
+        from training.data.parallel import load_parallel
 
         split = args.split or "test"
         try:
@@ -319,41 +100,6 @@ def load_test_set(args: argparse.Namespace) -> tuple[list[str], list[str], dict[
         raise EvaluationError(f"the test set is empty: {data}")
     data.update(source_lang=args.source_lang, target_lang=args.target_lang)
     return sources, references, data
-
-
-def generate_overrides(args: argparse.Namespace) -> dict[str, Any]:
-    """The decoding flags the user gave, as `generate` keyword arguments."""
-    names = ("num_beams", "length_penalty", "length_penalty_rule", "max_new_tokens", "max_length_over_source")
-    return {name: getattr(args, name) for name in names if getattr(args, name, None) is not None}
-
-
-def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
-    """--num_beams, --length_penalty, --length_penalty_rule, --max_new_tokens, --max_length_over_source."""
-    g = parser.add_argument_group("decoding (default: the model's generation_config.json; the paper's is §6.1)")
-    g.add_argument("--num_beams", type=int, help="beam size (paper: 4); 1 is greedy")
-    g.add_argument("--length_penalty", type=float, help="α of the length penalty (paper: 0.6)")
-    g.add_argument(
-        "--length_penalty_rule",
-        choices=("gnmt", "transformers"),
-        help="gnmt: score / ((5 + |Y|) / 6)^α (the paper's); transformers: score / |Y|^α",
-    )
-    g.add_argument("--max_new_tokens", type=int, help="a fixed output limit instead of |source| + N")
-    g.add_argument("--max_length_over_source", type=int, help="N of the |source| + N output limit (paper: 50)")
-    g.add_argument(
-        "--cpu_kernel",
-        choices=("auto", "onednn", "int8", "aten"),
-        help="linear layers on CPU: auto (default: per shape, the faster of onednn and aten on this CPU, timed at "
-        "first use), onednn (exact fp32), int8 (dynamic quantization: faster, approximate), aten (torch's matmul)",
-    )
-
-
-def check_decoding_arguments(args: argparse.Namespace) -> list[str]:
-    problems = []
-    for name in ("num_beams", "max_new_tokens", "max_length_over_source"):
-        value = getattr(args, name, None)
-        if value is not None and value < 1:
-            problems.append(f"--{name} must be a positive integer, got {value}")
-    return problems
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -436,7 +182,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = build_parser().parse_args(argv)
     try:
         check_arguments(args)
-        keep_freed_memory_for_reuse()  # training/runtime.py: ~20% faster CPU beam search
+        keep_freed_memory_for_reuse()  # training/common/runtime.py: ~20% faster CPU beam search
         sources, references, data = load_test_set(args)
         model, tokenizer = load_model(args.model, args.device, args.cpu_kernel)
         generate_kwargs = generate_overrides(args)

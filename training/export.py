@@ -409,7 +409,7 @@ def export_folder(
     log=print,
 ) -> list[Path]:
     """Export the model folder `folder` to `output_dir` in `fmt`; returns the files written."""
-    from training.evaluate import EvaluationError, load_model
+    from training.inference.translation import EvaluationError, load_model
 
     check_format(fmt, quantization)
     output_dir = Path(output_dir)

@@ -24,7 +24,7 @@ A recipe JSON (configuration/recipe_*.json) gives the defaults; every flag below
 the recipe's value. Everything is checked before the tokenizer trains (settings, recipe, model configuration, data
 files, output folder); a bad input ends with one line `error: ...` and exit status 2 (`--debug`: the traceback),
 and a run that fails before training starts leaves the output folder as it found it. `--resume` takes the newest
-checkpoint whose files are all present and intact (training/checkpoints.py) and moves newer, damaged ones aside.
+checkpoint whose files are all present and intact (training/checkpoints/complete.py) and moves newer, damaged ones aside.
 """
 
 # Only the standard library and our light modules at import time: the arguments are parsed (and `--help` answered)
@@ -39,9 +39,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from training.checkpoints import Problems, describe_all, find_resumable, move_aside
-from training.errors import add_debug_flag, problems_message, run_command
-from training.files import follow_umask
+from training.checkpoints.complete import Problems, describe_all, find_resumable, move_aside
+from training.common.errors import add_debug_flag, problems_message, run_command
+from training.common.files import follow_umask
 
 DEFAULT_RECIPE = "configuration/recipe_tiny.json"
 # recipe keys that are not flags (Adam's β are the paper's in every recipe)
@@ -114,7 +114,7 @@ def build_parser(recipe: str | os.PathLike = DEFAULT_RECIPE) -> argparse.Argumen
         "--streaming",
         action="store_true",
         help="read the training data as a stream (datasets.IterableDataset), tokenized on the fly in chunks: for "
-        "corpora larger than RAM or disk cache (training/streaming.py)",
+        "corpora larger than RAM or disk cache (training/data/streaming.py)",
     )
     g("--stream_chunk_pairs", type=int, help="--streaming: pairs per length-sorted chunk (default 100,000)")
     g(
@@ -275,7 +275,7 @@ def select_device(s: dict[str, Any]) -> bool:
 def check_output_dir(s: dict[str, Any]) -> tuple[Path | None, list[Problems]]:
     """Refuse to mix runs: a non-empty output_dir needs --resume or --overwrite_output_dir. Nothing is written.
 
-    With --resume: the newest checkpoint whose every file is present and intact (training/checkpoints.py), and the
+    With --resume: the newest checkpoint whose every file is present and intact (training/checkpoints/complete.py), and the
     newer ones that are not, to be moved aside once the run starts."""
     out = Path(s["output_dir"])
     if s.get("resume") and s.get("overwrite_output_dir"):
@@ -344,12 +344,12 @@ class OutputFolder:
 
 
 def load_data(s: dict[str, Any]):
-    """The splits as `training.data.load_parallel` loads them (every file checked and read before anything is
-    written); under --streaming the train split is a `datasets.IterableDataset` (training/streaming.py) and only the
+    """The splits as `training.data.parallel.load_parallel` loads them (every file checked and read before anything is
+    written); under --streaming the train split is a `datasets.IterableDataset` (training/data/streaming.py) and only the
     validation and test splits are loaded ahead."""
     import datasets
 
-    from training.data import load_parallel
+    from training.data.parallel import load_parallel
 
     common = {"source_lang": s["source_lang"], "target_lang": s["target_lang"]}
     if not s.get("streaming"):
@@ -361,7 +361,7 @@ def load_data(s: dict[str, Any]):
             test_file=s.get("test_file"),
             **common,
         )
-    from training.streaming import stream_parallel
+    from training.data.streaming import stream_parallel
 
     if s.get("train_file"):
         files = {k: s[f"{k}_file"] for k in ("validation", "test") if s.get(f"{k}_file")}
@@ -387,12 +387,12 @@ def stream_bpe(stream, s: dict[str, Any]):
     without reading it all); logged, and recorded in run_summary.json."""
     import logging
 
-    from training.streaming import iter_stream_texts
-    from training.tokenizer import BPE_MAX_PAIRS, train_tokenizer
+    from training.data.streaming import iter_stream_texts
+    from training.data.tokenizer import BPE_MAX_PAIRS, train_tokenizer
 
     pairs = s.get("bpe_max_pairs", BPE_MAX_PAIRS)
     started = time.perf_counter()
-    logging.getLogger("training.tokenizer").warning(
+    logging.getLogger("training.data.tokenizer").warning(
         "shared BPE of a stream: learning from its first %d pairs at most (--bpe_max_pairs)", pairs
     )
     batches = iter_stream_texts(stream, s["source_lang"], s["target_lang"], pairs)
@@ -411,10 +411,10 @@ def build_trainer(s: dict[str, Any], state, raw, out: Path, use_cpu: bool, check
     from transformers.trainer_callback import ProgressCallback
 
     import modeling_vaswani
-    from training.data import tokenize_pairs
-    from training.metrics import compute_bleu_chrf
-    from training.tokenizer import BPE_MAX_PAIRS, shared_bpe
-    from training.trainer import VaswaniTrainer
+    from training.data.parallel import tokenize_pairs
+    from training.data.tokenizer import BPE_MAX_PAIRS, shared_bpe
+    from training.evaluation.metrics import compute_bleu_chrf
+    from training.trainer.trainer import VaswaniTrainer
 
     src, tgt = s["source_lang"], s["target_lang"]
     tokenizer_dir = out / "tokenizer"
@@ -439,7 +439,7 @@ def build_trainer(s: dict[str, Any], state, raw, out: Path, use_cpu: bool, check
     world = state.num_processes
     per_micro_step = s["max_tokens_per_step"] // (world * s["gradient_accumulation_steps"])
     if stream is not None:
-        from training.streaming import CHUNK_PAIRS, TokenBudgetStream, load_position
+        from training.data.streaming import CHUNK_PAIRS, TokenBudgetStream, load_position
 
         position = load_position(checkpoint, state.process_index) if checkpoint is not None else None
         if checkpoint is not None and position is None:
@@ -488,7 +488,7 @@ def build_trainer(s: dict[str, Any], state, raw, out: Path, use_cpu: bool, check
     training_args = Seq2SeqTrainingArguments(
         output_dir=str(out),
         max_steps=s["max_steps"],
-        per_device_train_batch_size=1,  # unused: batches are token budgets (training/batching.py)
+        per_device_train_batch_size=1,  # unused: batches are token budgets (training/trainer/batching.py)
         per_device_eval_batch_size=32,  # predict() and evaluation under DDP use fixed-size batches
         gradient_accumulation_steps=s["gradient_accumulation_steps"],
         learning_rate=s.get("lr_scale", 1.0),
@@ -512,7 +512,7 @@ def build_trainer(s: dict[str, Any], state, raw, out: Path, use_cpu: bool, check
         data_seed=s["seed"],
         dataloader_num_workers=s.get("num_workers", 0),
         remove_unused_columns=False,
-        ignore_data_skip=stream is not None,  # a stream resumes at its saved position (training/streaming.py)
+        ignore_data_skip=stream is not None,  # a stream resumes at its saved position (training/data/streaming.py)
         disable_tqdm=False,
         use_cpu=use_cpu,
     )
@@ -620,7 +620,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "settings": {k: v for k, v in s.items() if k not in ("overwrite_output_dir", "resume")},
     }
     if state.is_main_process:
-        from training.plots import plot_history
+        from training.trainer.plots import plot_history
 
         (out / "run_summary.json").write_text(json.dumps(summary, indent=2, default=str))
         plot_history(trainer.state.log_history, out / "training_curves.png", title=str(out))
@@ -680,9 +680,9 @@ def first_step_callback(started: float):
 
 
 def rounded_progress_callback():
-    """The progress bar of training/trainer.py, with evaluation results printed to 4 significant digits instead of
+    """The progress bar of training/trainer/trainer.py, with evaluation results printed to 4 significant digits instead of
     16 (trainer_state.json and run_summary.json keep full precision: the callback gets a copy)."""
-    from training.trainer import PostfixProgressCallback
+    from training.trainer.trainer import PostfixProgressCallback
 
     class RoundedProgressCallback(PostfixProgressCallback):
         def on_log(self, args, state, control, logs=None, **kwargs):

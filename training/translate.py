@@ -30,18 +30,16 @@ import sys
 import tempfile
 from pathlib import Path
 
-from training.errors import add_debug_flag, problems_message, run_command
-from training.evaluate import (
+from training.common.arguments import add_decoding_arguments, check_decoding_arguments, generate_overrides
+from training.common.errors import add_debug_flag, problems_message, run_command
+from training.common.files import follow_umask
+from training.common.runtime import keep_freed_memory_for_reuse
+from training.inference.translation import (
     DEFAULT_MAX_TOKENS,
     EvaluationError,
-    add_decoding_arguments,
-    check_decoding_arguments,
-    generate_overrides,
     load_model,
     translate_batched,
 )
-from training.files import follow_umask
-from training.runtime import keep_freed_memory_for_reuse
 
 DEFAULT_MAX_SOURCE_TOKENS = 256
 MAX_LISTED = 10  # line numbers named in one message
@@ -186,7 +184,7 @@ def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     try:
         check_arguments(args)
-        keep_freed_memory_for_reuse()  # training/runtime.py: ~20% faster CPU beam search
+        keep_freed_memory_for_reuse()  # training/common/runtime.py: ~20% faster CPU beam search
         with contextlib.redirect_stdout(sys.stderr):  # whatever a library prints must not mix with translations
             text = translate_lines(args)
     except EvaluationError as e:

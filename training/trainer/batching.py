@@ -39,7 +39,7 @@ working. What was checked in transformers 5.24 / accelerate 1.15 (file:line as i
   (trainer.py:2110-2119) and multiplies by the number of processes (trainer.py:2207-2215), which DDP's gradient
   averaging undoes. The gradient is d(sum of token losses of the global batch) / (its target tokens).
   Trainer's own `LabelSmoother` (label_smoothing_factor > 0) normalises by `num_items_in_batch` the same way;
-  `VaswaniTrainer` hands ε_ls to the model's loss instead, so the fused loss applies (training/trainer.py).
+  `VaswaniTrainer` hands ε_ls to the model's loss instead, so the fused loss applies (training/trainer/trainer.py).
 """
 
 import logging
@@ -190,7 +190,7 @@ class BudgetCheckedCollator:
 
 
 def _is_stream(dataset: Any) -> bool:
-    """A training/streaming.py TokenBudgetStream (its batches are made as the data streams in)."""
+    """A training/data/streaming.py TokenBudgetStream (its batches are made as the data streams in)."""
     return hasattr(dataset, "position_after")
 
 
@@ -330,7 +330,7 @@ class TokenBudgetTrainerMixin:
         if _is_stream(self.train_dataset):
             from pathlib import Path
 
-            from training.streaming import save_position
+            from training.data.streaming import save_position
 
             folder = Path(self._get_output_dir(trial=trial)) / f"checkpoint-{self.state.global_step}"
             folder.mkdir(parents=True, exist_ok=True)
@@ -381,7 +381,7 @@ class TokenBudgetTrainerMixin:
         if self.train_dataset is None:
             raise ValueError("Trainer: training requires a train_dataset.")
         self._check_token_budget_config()
-        if _is_stream(self.train_dataset):  # training/streaming.py: batches made by the stream, one process each
+        if _is_stream(self.train_dataset):  # training/data/streaming.py: batches made by the stream, one process each
             if self.args.dataloader_num_workers:
                 raise ValueError("a streamed training set is read in the training process: set num_workers to 0")
             collate = BudgetCheckedCollator(self.data_collator, self.max_tokens)

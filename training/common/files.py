@@ -1,4 +1,5 @@
-"""Files we write get the permissions the user's umask gives, as any other program's would.
+"""Files: the ones we write get the permissions the user's umask gives, as any other program's would; the text files
+we read are UTF-8, and a line that is not is named (`read_lines`).
 
 safetensors creates its files with mode 0600 whatever the umask, so a model folder saved by one user could not be
 read by the group that shares it; `follow_umask` puts such files back to 0666 & ~umask (folders 0777 & ~umask).
@@ -39,3 +40,21 @@ def follow_umask_in(folder: str | os.PathLike) -> None:
     """`follow_umask` for a folder and everything in it."""
     folder = Path(folder)
     follow_umask([folder, *folder.rglob("*")])
+
+
+def read_lines(path: Path, what: str) -> list[str]:
+    """The lines of a UTF-8 text file (no line-end characters); ValueError naming the file and line if the
+    file is missing or not UTF-8."""
+    if not path.is_file():
+        raise ValueError(f"{what} {path}: no such file")
+    lines = []
+    for number, raw in enumerate(path.read_bytes().split(b"\n"), start=1):
+        try:
+            lines.append(raw.decode("utf-8").removesuffix("\r"))
+        except UnicodeDecodeError as e:
+            raise ValueError(f"{what} {path}, line {number}: not UTF-8 ({e.reason} at byte {e.start})") from None
+    if lines and lines[-1] == "":  # the newline that ends the last line
+        lines.pop()
+    if lines and lines[0].startswith("\ufeff"):
+        lines[0] = lines[0][1:]
+    return lines

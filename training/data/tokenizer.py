@@ -1,11 +1,7 @@
 """The paper's shared source/target BPE vocabulary, trained with the `tokenizers` library (§5.1: "a shared
 source-target vocabulary of about 37000 tokens"; smaller for small corpora).
 
-    python -m training.tokenizer --out runs/tok --vocab_size 1000                 # on the default corpus
-    python -m training.tokenizer --out runs/tok-m30k --vocab_size 8000 \\
-        --train_file ../shared/data/multi30k/train                              # Moses-style en/de files
-
-    from training.tokenizer import train_tokenizer
+    from training.data.tokenizer import train_tokenizer
     tok = train_tokenizer(["Ich habe fünf Äpfel gekauft.", "I bought five apples."] * 50, vocab_size=200)
     tok("fünf Äpfel").input_ids                     # ends with </s> (id 2)
     tok.decode(tok("fünf Äpfel").input_ids, skip_special_tokens=True)  # "fünf Äpfel"
@@ -21,7 +17,6 @@ Special ids follow fairseq and the model config: `<s>` 0, `<pad>` 1, `</s>` 2, `
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import logging
@@ -29,7 +24,6 @@ import os
 import shutil
 import time
 from collections.abc import Iterable, Iterator
-from pathlib import Path
 
 import datasets
 import numpy as np
@@ -75,7 +69,7 @@ def train_tokenizer(
 
     `vocab_size` counts the four special tokens; the result may be smaller when the texts have fewer pieces to
     merge. `length` (the number of texts) only sizes the progress bar. `model_max_length` is what transformers
-    truncates to when asked to truncate; the data pipeline drops longer pairs instead (see `training.data`).
+    truncates to when asked to truncate; the data pipeline drops longer pairs instead (see `training.data.parallel`).
     """
     if vocab_size < MIN_VOCAB_SIZE:
         raise ValueError(f"vocab_size must be at least {MIN_VOCAB_SIZE} (4 special tokens + 1), got {vocab_size}")
@@ -229,7 +223,7 @@ def shared_bpe(
         settings = [BPE_CACHE_VERSION, train._fingerprint, source_lang, target_lang, vocab_size, min_frequency]
         settings += [max_pairs if indices is not None else None, seed if indices is not None else None]
         info["key"] = hashlib.sha256(json.dumps(settings).encode()).hexdigest()[:32]
-        from training.data import cache_root
+        from training.data.parallel import cache_root
 
         folder = cache_root(None if cache_dir is None else str(cache_dir)) / "vaswani_bpe" / info["key"]
         if (folder / "tokenizer.json").is_file():
@@ -269,41 +263,3 @@ def _sample_text(info: dict) -> str:
     if info["sampled"]:
         return f"from a random sample of {info['pairs_used']:,} of {info['pairs']:,} pairs"
     return f"from all {info['pairs']:,} pairs"
-
-
-def main(argv: list[str] | None = None) -> None:
-    from training.data import load_parallel  # here: data imports nothing from this module, but keep it one-way
-
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", required=True, help="folder for tokenizer.json and tokenizer_config.json")
-    parser.add_argument("--vocab_size", type=int, default=1000)
-    parser.add_argument("--min_frequency", type=int, default=2)
-    parser.add_argument("--dataset_name", default=None, help='"default" (offline corpus) or a Hub dataset')
-    parser.add_argument("--dataset_config", default=None)
-    parser.add_argument("--train_file", default=None, help=".jsonl/.json, .tsv or a Moses prefix (path/train)")
-    parser.add_argument("--source_lang", default="en")
-    parser.add_argument("--target_lang", default="de")
-    parser.add_argument("--overwrite", action="store_true", help="replace an existing tokenizer in --out")
-    args = parser.parse_args(argv)
-
-    out = Path(args.out)
-    if (out / "tokenizer.json").exists() and not args.overwrite:
-        parser.error(f"{out / 'tokenizer.json'} exists; pass --overwrite to replace it")
-    ds = load_parallel(
-        args.dataset_name,
-        args.dataset_config,
-        train_file=args.train_file,
-        source_lang=args.source_lang,
-        target_lang=args.target_lang,
-        splits=["train"],
-    )
-    tok = train_tokenizer_for(ds, args.source_lang, args.target_lang, args.vocab_size, args.min_frequency)
-    tok.save_pretrained(out)
-    print(f"vocabulary of {len(tok)} tokens saved to {out}")
-    for row in ds["train"].select(range(min(3, len(ds["train"]))))["translation"]:
-        for lang in (args.source_lang, args.target_lang):
-            print(f"  {lang}: {tok.tokenize(row[lang])}")
-
-
-if __name__ == "__main__":
-    main()

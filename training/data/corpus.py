@@ -5,10 +5,7 @@ seeded grammar. It is a real translation task, not a copy task: German word orde
 subordinate clauses and the perfect tense, time before place before object), compounding of number words and of
 weekdays with parts of the day, adjective and noun agreement in three genders and three cases, umlauts and ß.
 
-    python -m training.corpus --out runs/corpus                       # train/validation/test .jsonl + samples
-    python -m training.corpus --out runs/corpus --seed 1 --train_size 50000 --overwrite
-
-    from training.corpus import default_corpus
+    from training.data.corpus import default_corpus
     ds = default_corpus(seed=0)        # DatasetDict: train 20,000 / validation 500 / test 500 pairs
     ds["train"][0]                     # {"translation": {"de": "...", "en": "..."}}
 
@@ -30,14 +27,10 @@ Conventions (stated once, tested in tests/test_corpus.py):
 
 from __future__ import annotations
 
-import argparse
 import datetime
-import json
 import random
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import datasets
 
@@ -927,7 +920,7 @@ def default_corpus(
     Deterministic in `seed` (and the sizes: train is drawn first, so the held-out sizes do not change it). No
     English source occurs twice, so the held-out splits share no source string with train.
 
-        python -c "from training.corpus import default_corpus; print(default_corpus()['train'][:3])"
+        python -c "from training.data.corpus import default_corpus; print(default_corpus()['train'][:3])"
     """
     for name, size in (("train_size", train_size), ("validation_size", validation_size), ("test_size", test_size)):
         if not isinstance(size, int) or size < 0:
@@ -955,40 +948,3 @@ def corpus_stats(ds: datasets.DatasetDict) -> dict[str, dict[str, float]]:
             "de_words": sum(len(r["de"].split()) for r in rows) / n,
         }
     return stats
-
-
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", required=True, help="folder for train.jsonl, validation.jsonl, test.jsonl")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--train_size", type=int, default=20000)
-    parser.add_argument("--validation_size", type=int, default=500)
-    parser.add_argument("--test_size", type=int, default=500)
-    parser.add_argument("--samples", type=int, default=8, help="pairs of each split to print")
-    parser.add_argument("--overwrite", action="store_true", help="replace existing .jsonl files in --out")
-    args = parser.parse_args(argv)
-
-    out = Path(args.out)
-    targets = [out / f"{split}.jsonl" for split in SPLITS]
-    existing = [str(p) for p in targets if p.exists()]
-    if existing and not args.overwrite:
-        parser.error(f"{', '.join(existing)} already exist; pass --overwrite to replace them")
-    for name in ("train_size", "validation_size", "test_size"):
-        if getattr(args, name) < 0:
-            parser.error(f"--{name} must be >= 0")
-
-    ds = default_corpus(args.seed, args.train_size, args.validation_size, args.test_size)
-    out.mkdir(parents=True, exist_ok=True)
-    for split, path in zip(SPLITS, targets, strict=True):
-        with path.open("w", encoding="utf-8") as f:
-            for row in ds[split]:
-                f.write(json.dumps(row, ensure_ascii=False) + "\n")
-    for split, s in corpus_stats(ds).items():
-        print(f"{split:>10}: {s['pairs']:6,} pairs, {s['en_words']:.1f} en / {s['de_words']:.1f} de words per pair")
-        for row in ds[split].select(range(min(args.samples, len(ds[split]))))["translation"]:
-            print(f"    {row['en']}\n      → {row['de']}")
-    print(f"wrote {', '.join(str(p) for p in targets)}", file=sys.stderr)
-
-
-if __name__ == "__main__":
-    main()

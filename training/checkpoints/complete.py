@@ -4,7 +4,7 @@ Trainer writes a checkpoint as several files (weights, optimizer, scheduler, tra
 whatever it finds: a missing `optimizer.pt` or `scheduler.pt` silently restarts Adam and the schedule, a truncated
 file fails with a library traceback. Trainer has no notion of a complete checkpoint, so this module adds one:
 
-- `CompleteCheckpointCallback` (training/checkpoint_callback.py, a TrainerCallback: after every save) writes
+- `CompleteCheckpointCallback` (training/checkpoints/callback.py, a TrainerCallback: after every save) writes
   `checkpoint_complete.json` last and atomically. It records the size and SHA-256 of every file of the checkpoint.
 - `checkpoint_problems` says what is wrong with a checkpoint: no marker (a kill mid-write), a missing file, or a
   file whose size or hash differs from the record (truncated, overwritten, bit rot). Files of checkpoints written

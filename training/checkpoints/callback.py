@@ -1,12 +1,12 @@
-"""The Trainer side of complete checkpoints (training/checkpoints.py): the marker written after every save, and
+"""The Trainer side of complete checkpoints (training/checkpoints/complete.py): the marker written after every save, and
 resuming without a false "missing keys" warning."""
 
 from pathlib import Path
 
 from transformers import TrainerCallback
 
-from training.checkpoints import write_marker
-from training.files import follow_umask_in
+from training.checkpoints.complete import write_marker
+from training.common.files import follow_umask_in
 
 
 class CompleteCheckpointCallback(TrainerCallback):

@@ -1,7 +1,7 @@
 """`--streaming`: training data read as a `datasets.IterableDataset` and tokenized on the fly, for corpora larger
 than RAM or than the disk cache. Nothing is prepared ahead; memory holds one chunk of pairs.
 
-    from training.streaming import stream_parallel, TokenBudgetStream
+    from training.data.streaming import stream_parallel, TokenBudgetStream
     raw = stream_parallel(train_file="data/train")                        # Moses prefix, JSON lines or TSV
     raw = stream_parallel(dataset_name="wmt14", dataset_config="de-en")   # a Hub dataset datasets can stream
     stream = TokenBudgetStream(raw, tokenizer, "en", "de", max_length=128, max_tokens=3125, seed=0)
@@ -38,18 +38,18 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from training.batching import TokenBudgetBatchSampler
-from training.data import _encode_table, _FileSource, _resolve_file, check_translation_features
+from training.data.parallel import _encode_table, _FileSource, _resolve_file, check_translation_features
+from training.trainer.batching import TokenBudgetBatchSampler
 
 logger = logging.getLogger(__name__)
 
 POSITION_FILE = "stream_position.json"
 CHUNK_PAIRS = 100_000
-_CHUNK_STREAM = 3  # first word of the chunk-order seeds (training.batching uses 1 and 2)
+_CHUNK_STREAM = 3  # first word of the chunk-order seeds (training.trainer.batching uses 1 and 2)
 
 
 def _file_rows(paths: list[str], kind: str, source_lang: str, target_lang: str, columns=(0, 1), header=False):
-    from training.data import _open_text
+    from training.data.parallel import _open_text
 
     if kind == "moses":
         with _open_text(Path(paths[0])) as src, _open_text(Path(paths[1])) as tgt:
@@ -83,7 +83,7 @@ def stream_parallel(
     """One split as an `IterableDataset` of `{"translation": {source_lang, target_lang}}` rows, read lazily.
 
     Local files (`train_file`: a Moses prefix, `.jsonl` or `.tsv`, optionally `.gz`) are checked as
-    `training.data.load_parallel` checks them (existence, alignment, fields) before anything is streamed; a named
+    `training.data.parallel.load_parallel` checks them (existence, alignment, fields) before anything is streamed; a named
     dataset goes to `datasets.load_dataset(..., streaming=True)` (Hub datasets with data files, e.g. parquet)."""
     if (train_file is None) == (dataset_name is None):
         raise ValueError("streaming needs either a train_file or a dataset_name")

@@ -1,13 +1,13 @@
 """`VaswaniTrainer`: transformers' Seq2SeqTrainer with the paper's batches and schedule, and run bookkeeping.
 
 What it adds to `Seq2SeqTrainer`, each because Trainer lacks it:
-- token-budget batches (training/batching.py) and the §5.3 learning-rate schedule (training/schedule.py);
+- token-budget batches (training/trainer/batching.py) and the §5.3 learning-rate schedule (training/trainer/schedule.py);
 - ε_ls (§5.4, `label_smoothing_factor`) applied by the model's own loss instead of Trainer's `LabelSmoother`: the
   same value (tests/test_loss.py compares the two), but the model's fused loss never builds the logits that
   `LabelSmoother` needs;
 - the plain NLL and perplexity logged next to the label-smoothed loss that training minimises;
 - source + target tokens counted on the device (no sync) for a tokens/s figure, with and without padding;
-- complete checkpoints (training/checkpoints.py): a marker recording every file's size and hash is written last,
+- complete checkpoints (training/checkpoints/complete.py): a marker recording every file's size and hash is written last,
   so a kill mid-write or a damaged file never resumes from half a checkpoint;
 - a progress bar that shows loss and learning rate instead of printing a dict per log line;
 - the model's generation config left as it was by evaluation (Seq2SeqTrainer fills it with global defaults).
@@ -22,9 +22,9 @@ from transformers import Seq2SeqTrainer
 from transformers.trainer_callback import ProgressCallback
 from transformers.trainer_pt_utils import nested_gather
 
-from training.batching import TokenBudgetTrainerMixin
-from training.checkpoint_callback import CompleteCheckpointsMixin
-from training.schedule import PaperScheduleTrainerMixin
+from training.checkpoints.callback import CompleteCheckpointsMixin
+from training.trainer.batching import TokenBudgetTrainerMixin
+from training.trainer.schedule import PaperScheduleTrainerMixin
 
 
 class VaswaniTrainer(CompleteCheckpointsMixin, TokenBudgetTrainerMixin, PaperScheduleTrainerMixin, Seq2SeqTrainer):

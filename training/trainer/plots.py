@@ -1,10 +1,8 @@
 """The training-curve PNG: losses, validation scores and the learning rate against the step.
 
-python -m training.plots runs/tiny/trainer_state.json runs/tiny/training_curves.png
+Written by `training.train` as OUTPUT_DIR/training_curves.png after every evaluation.
 """
 
-import argparse
-import json
 from pathlib import Path
 
 import matplotlib
@@ -51,16 +49,3 @@ def plot_history(log_history: list[dict], path: str | Path, title: str = "") -> 
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
-
-
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("trainer_state", help="a trainer_state.json (from a checkpoint or the run folder)")
-    parser.add_argument("output", help="the PNG to write")
-    args = parser.parse_args(argv)
-    history = json.loads(Path(args.trainer_state).read_text())["log_history"]
-    print(plot_history(history, args.output))
-
-
-if __name__ == "__main__":
-    main()

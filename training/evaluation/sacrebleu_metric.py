@@ -3,10 +3,10 @@
 `evaluate.load("sacrebleu")` fetches its script from the Hugging Face Hub; this module is this project's own
 metric, loaded by path, so evaluation works without network:
 
-    python -c "import evaluate; m = evaluate.load('training/sacrebleu_metric.py'); \\
+    python -c "import evaluate; m = evaluate.load('training/evaluation/sacrebleu_metric.py'); \\
         print(m.compute(predictions=['Das ist ein Test.'], references=[['Das ist ein Test.']]))"
 
-(or `training.metrics.load_sacrebleu()`). Inputs: `predictions`, a list of detokenized strings; `references`, one
+(or `training.evaluation.metrics.load_sacrebleu()`). Inputs: `predictions`, a list of detokenized strings; `references`, one
 string or a list of strings per prediction (the same number for every prediction). Output: `score` (BLEU, 0–100),
 `counts`, `totals`, `precisions`, `bp`, `sys_len`, `ref_len`, `signature` (sacrebleu's, e.g.
 `nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0`), and `chrf` with `chrf_signature`. Options go to
@@ -43,7 +43,7 @@ Returns:
     score, counts, totals, precisions, bp, sys_len, ref_len, signature: corpus BLEU and its parts;
     chrf, chrf_signature: corpus chrF.
 Example:
-    >>> metric = evaluate.load("training/sacrebleu_metric.py")
+    >>> metric = evaluate.load("training/evaluation/sacrebleu_metric.py")
     >>> round(metric.compute(predictions=["Das ist gut."], references=[["Das ist gut."]])["score"], 1)
     100.0
 """
