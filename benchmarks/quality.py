@@ -447,7 +447,8 @@ def averaged_model(system: str, run: Path, last: int, device: str):
     through `python -m training.average` (a model folder, written once); the twin's checkpoints lack the position
     tables Marian recomputes, which that command's folder check refuses, so its average is loaded in memory from
     the same `average_checkpoints`."""
-    from training.checkpoints.averaging import average_checkpoints, checkpoint_step, complete_checkpoints
+    from training.checkpoints.averaging import average_checkpoints, checkpoint_step
+    from training.checkpoints.complete import complete_checkpoints
 
     done = complete_checkpoints(run)
     if len(done) < last:

@@ -6,6 +6,8 @@
   the same loss and the same gradients as `LabelSmoother`, normalised by `num_items_in_batch` alike.
 """
 
+import math
+
 import pytest
 import torch
 from transformers import Seq2SeqTrainer, default_data_collator
@@ -85,3 +87,37 @@ def test_plain_seq2seq_trainer_trains_the_fused_model(tmp_path, one_thread):
     result = trainer.train()
     assert result.global_step == 3 and torch.isfinite(torch.tensor(result.training_loss))
     assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
+
+
+def test_logged_nll_is_per_target_token_and_equals_the_loss_without_smoothing(tmp_path, one_thread):
+    """With ε_ls = 0 the logged NLL is the loss Trainer logs, one step a log and two accumulation steps: the NLL is
+    summed over target tokens by `VaswaniTrainer`, not scaled by a copy of Trainer's loss-scaling rule."""
+    from datasets import Dataset
+    from transformers import DataCollatorForSeq2Seq
+
+    from training.data.tokenizer import train_tokenizer
+
+    model = make_model(fused=False)
+    tokenizer = train_tokenizer(["a b c d e f g h"] * 20, vocab_size=40)
+    g = torch.Generator().manual_seed(4)
+    rows = {"input_ids": [], "labels": [], "src_len": [], "tgt_len": []}
+    for i in range(24):
+        src = torch.randint(4, 40, (3 + i % 5,), generator=g).tolist()
+        tgt = torch.randint(4, 40, (2 + i % 7,), generator=g).tolist()
+        rows["input_ids"].append(src)
+        rows["labels"].append(tgt)
+        rows["src_len"].append(len(src))
+        rows["tgt_len"].append(len(tgt))
+    args = cpu_trainer_args(
+        tmp_path, label_smoothing_factor=0.0, max_steps=4, gradient_accumulation_steps=2, warmup_steps=2
+    )
+    collator = DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=-100)
+    trainer = VaswaniTrainer(
+        model=model, args=args, train_dataset=Dataset.from_dict(rows), data_collator=collator, max_tokens=40
+    )
+    trainer.train()
+    logged = [row for row in trainer.state.log_history if "loss" in row and "nll" in row]
+    assert len(logged) == 4
+    for row in logged:
+        assert row["nll"] == pytest.approx(row["loss"], abs=2e-4)  # both rounded to 4 decimals
+        assert row["ppl"] == pytest.approx(math.exp(row["nll"]), rel=1e-3)

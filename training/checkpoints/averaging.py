@@ -14,7 +14,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from training.checkpoints.complete import CHECKPOINT_RE as _CHECKPOINT_RE
-from training.checkpoints.complete import COMPLETE_MARKER, checkpoint_problems, incomplete_checkpoints
+from training.checkpoints.complete import (
+    COMPLETE_MARKER,
+    checkpoint_problems,
+    complete_checkpoints,
+    incomplete_checkpoints,
+)
 from training.common.files import follow_umask_in
 
 if TYPE_CHECKING:  # torch loads only once the arguments are parsed (a fast --help)
@@ -98,15 +103,6 @@ def check_checkpoint(folder: Path) -> None:
         raise CheckpointError(f"{folder} is damaged: {problems.describe()}")
 
 
-def complete_checkpoints(run_dir: Path) -> list[Path]:
-    """The run's `checkpoint-N` folders that have the completion marker, oldest first."""
-    if not run_dir.is_dir():
-        raise CheckpointError(f"run folder {run_dir}: no such folder")
-    found = [p for p in run_dir.iterdir() if p.is_dir() and _CHECKPOINT_RE.match(p.name)]
-    done = [p for p in found if (p / COMPLETE_MARKER).is_file()]
-    return sorted(done, key=checkpoint_step)
-
-
 def select_checkpoints(run_dir: Path | None, last: int | None, checkpoints: Sequence[Path] | None) -> list[Path]:
     """The checkpoints to average, oldest first (the newest is last); raises CheckpointError naming the problem."""
     if checkpoints:
@@ -124,6 +120,8 @@ def select_checkpoints(run_dir: Path | None, last: int | None, checkpoints: Sequ
         raise CheckpointError(f"--last must be at least 1, got {last}")
     if (run_dir / COMPLETE_MARKER).is_file():
         raise CheckpointError(f"{run_dir} is a checkpoint, not a run folder: pass it with --checkpoints")
+    if not run_dir.is_dir():
+        raise CheckpointError(f"run folder {run_dir}: no such folder")
     done = complete_checkpoints(run_dir)
     if len(done) < last:
         skipped = incomplete_checkpoints(run_dir)

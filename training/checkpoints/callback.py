@@ -28,7 +28,8 @@ class CompleteCheckpointCallback(TrainerCallback):
 class CompleteCheckpointsMixin:
     """For a Trainer subclass: completion markers on every checkpoint, and no false "missing keys" warning when a
     checkpoint is resumed (transformers' check knows only the legacy `_keys_to_ignore_on_save`, so the tied
-    embedding names, stored once, look missing although the weights come back exact)."""
+    embedding names, stored once, look missing although the weights come back exact). `_issue_warnings_after_load`
+    is private, but Trainer has no public hook after loading a checkpoint; tests/test_train_script.py resumes."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

@@ -224,9 +224,16 @@ def move_aside(folder: Path, prefix: str) -> Path:
         n += 1
 
 
+def complete_checkpoints(output_dir: str | os.PathLike) -> list[Path]:
+    """The run's `checkpoint-N` folders that have the completion marker, oldest first (not checked further: see
+    `checkpoint_problems`). The one listing of complete checkpoints: `find_resumable` (train --resume) and averaging
+    build on it."""
+    return [p for p in checkpoint_folders(output_dir) if has_marker(p)]
+
+
 def last_complete_checkpoint(output_dir: str | os.PathLike) -> Path | None:
     """The newest `checkpoint-N` folder whose completion marker exists (not checked further; see find_resumable)."""
-    done = [p for p in checkpoint_folders(output_dir) if has_marker(p)]
+    done = complete_checkpoints(output_dir)
     return done[-1] if done else None
 
 

@@ -5,7 +5,9 @@ What it adds to `Seq2SeqTrainer`, each because Trainer lacks it:
 - ε_ls (§5.4, `label_smoothing_factor`) applied by the model's own loss instead of Trainer's `LabelSmoother`: the
   same value (tests/test_loss.py compares the two), but the model's fused loss never builds the logits that
   `LabelSmoother` needs;
-- the plain NLL and perplexity logged next to the label-smoothed loss that training minimises;
+- the plain NLL per target token and perplexity logged next to the label-smoothed loss that training minimises
+  (summed over the tokens since the last log, as fairseq's nll_loss; with ε_ls = 0 and one step a log, equal to the
+  loss);
 - source + target tokens counted on the device (no sync) for a tokens/s figure, with and without padding;
 - complete checkpoints (training/checkpoints/complete.py): a marker recording every file's size and hash is written last,
   so a kill mid-write or a damaged file never resumes from half a checkpoint;
@@ -33,8 +35,9 @@ class VaswaniTrainer(CompleteCheckpointsMixin, TokenBudgetTrainerMixin, PaperSch
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.epsilon_ls, self.label_smoother = self.args.label_smoothing_factor, None  # the model smooths (above)
-        self._nll_sum: torch.Tensor | None = None
-        self._nll_since = 0
+        # NLL over the target tokens since the last log, summed on the device (no sync per step)
+        self._nll_sum = torch.zeros((), dtype=torch.float32, device=self.args.device)
+        self._nll_tokens = torch.zeros((), dtype=torch.long, device=self.args.device)
         self.tokens_seen = torch.zeros((), dtype=torch.long, device=self.args.device)
         self.padded_tokens_seen = torch.zeros((), dtype=torch.long, device=self.args.device)
 
@@ -43,13 +46,13 @@ class VaswaniTrainer(CompleteCheckpointsMixin, TokenBudgetTrainerMixin, PaperSch
             inputs = {**inputs, "epsilon_ls": self.epsilon_ls}
         loss, outputs = super().compute_loss(model, inputs, return_outputs=True, num_items_in_batch=num_items_in_batch)
         if model.training and isinstance(outputs, dict) and outputs.get("nll_loss") is not None:
-            # Scale the NLL exactly as Trainer scales the loss, so the two logged numbers are comparable.
-            nll = outputs["nll_loss"].detach()
-            if self.args.average_tokens_across_devices and num_items_in_batch is not None:
-                nll = nll * self.accelerator.num_processes
-            else:
-                nll = nll / self.current_gradient_accumulation_steps
-            self._nll_sum = nll if self._nll_sum is None else self._nll_sum + nll
+            # The model's nll_loss is this micro-batch's NLL sum over its denominator: num_items_in_batch when
+            # given (the step's target tokens, all processes), else its own target tokens. Undone here into a sum,
+            # so the logged NLL is per target token whatever Trainer does to scale the loss (tests/test_trainer_label_smoothing.py).
+            tokens = inputs["labels"].ne(-100).sum()
+            denominator = tokens if num_items_in_batch is None else num_items_in_batch
+            self._nll_sum += outputs["nll_loss"].detach().float() * denominator
+            self._nll_tokens += tokens
             self.count_tokens(inputs)
         return (loss, outputs) if return_outputs else loss
 
@@ -62,13 +65,15 @@ class VaswaniTrainer(CompleteCheckpointsMixin, TokenBudgetTrainerMixin, PaperSch
             self.padded_tokens_seen += mask.numel() + labels.numel()
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        if "loss" in logs and self._nll_sum is not None:
-            steps = max(self.state.global_step - self._nll_since, 1)
-            gathered = nested_gather(self._nll_sum.unsqueeze(0), self.args.parallel_mode)
-            nll = gathered.mean().item() / steps
-            logs["nll"] = round(nll, 4)
-            logs["ppl"] = round(math.exp(min(nll, 50.0)), 3)
-            self._nll_sum, self._nll_since = None, self.state.global_step
+        if "loss" in logs:
+            both = torch.stack([self._nll_sum, self._nll_tokens.float()]).unsqueeze(0)  # (1, 2)
+            nll_sum, tokens = nested_gather(both, self.args.parallel_mode).sum(0).tolist()  # all processes
+            if tokens > 0:
+                nll = nll_sum / tokens
+                logs["nll"] = round(nll, 4)
+                logs["ppl"] = round(math.exp(min(nll, 50.0)), 3)
+            self._nll_sum.zero_()
+            self._nll_tokens.zero_()
         super().log(logs, start_time)
 
     def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None, **gen_kwargs):
