@@ -49,6 +49,8 @@ def test_only_a_training_command_applies_them(monkeypatch):
     assert started_as_command(["python", "-X", "importtime", "-u", "-m", "training.evaluate"])
     assert not started_as_command(["python", "script.py", "-m", "training.train"])  # the script's own arguments
     assert not started_as_command(["python", "-c", "import training"])
+    assert started_as_command(["/venv/bin/python", "/venv/bin/vaswani-train", "--output_dir", "x"])  # console script
+    assert not started_as_command(["/venv/bin/python", "/venv/bin/other-tool", "vaswani-train"])
     for name in WAIT_VARS:
         monkeypatch.delenv(name, raising=False)
     assert apply_command_defaults(["python", "-m", "training.train"]) == {}  # torch is loaded in this process

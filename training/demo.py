@@ -14,6 +14,7 @@ import torch
 from transformers import AutoModelForSeq2SeqLM
 
 import modeling_vaswani
+from training.common.files import project_file
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -29,7 +30,7 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"--output_dir {out} exists and is not empty; pass --overwrite to replace it")
 
     torch.manual_seed(args.seed)
-    config = modeling_vaswani.VaswaniConfig.from_json_file(args.config)
+    config = modeling_vaswani.VaswaniConfig.from_json_file(project_file(args.config))  # checkout or install
     model = modeling_vaswani.VaswaniForConditionalGeneration(config).use_paper_decoding().eval()
     n_params = sum(p.numel() for p in model.parameters())
     print(

@@ -10,7 +10,7 @@ GOMP_SPINCOUNT=1000 (the count libgomp itself falls back to when threads outnumb
 benchmarks/results/load-*.md; tests/test_threads.py checks when the default applies. GOMP_SPINCOUNT is libgomp's:
 torch builds on other OpenMP runtimes (Intel's libiomp, macOS) ignore it.
 
-`python -m training.<command>` applies them from training/__init__.py, before any module imports torch. A user's
+`python -m training.<command>` and the `vaswani-<command>` scripts apply them from training/__init__.py, before any module imports torch. A user's
 own OMP_WAIT_POLICY or GOMP_SPINCOUNT wins; VASWANI_NO_THREAD_DEFAULTS=1 turns ours off. Importing `training` from
 other code (a notebook, a test) never changes the environment.
 """
@@ -29,12 +29,14 @@ def command_defaults(cpu_count: int) -> dict[str, str]:
 
 
 def started_as_command(orig_argv: list[str] | None = None) -> bool:
-    """True when this interpreter was started as `python -m training.<command>`."""
+    """True when this interpreter was started as `python -m training.<command>` or as a `vaswani-<command>` script."""
     argv = list(sys.orig_argv if orig_argv is None else orig_argv)[1:]
     while argv and argv[0].startswith("-") and argv[0] not in ("-m", "-c", "-"):  # the interpreter's own options
         option = argv.pop(0)
         if option in ("-W", "-X", "--check-hash-based-pycs") and argv:  # options whose value is a separate word
             argv.pop(0)
+    if argv and os.path.basename(argv[0]).startswith("vaswani-"):  # a console script of training/console.py
+        return True
     return len(argv) >= 2 and argv[0] == "-m" and argv[1].startswith("training.")
 
 

@@ -41,7 +41,7 @@ from typing import Any
 
 from training.checkpoints.complete import Problems, describe_all, find_resumable, move_aside
 from training.common.errors import add_debug_flag, problems_message, run_command
-from training.common.files import follow_umask
+from training.common.files import follow_umask, project_file
 
 DEFAULT_RECIPE = "configuration/recipe_tiny.json"
 # recipe keys that are not flags (Adam's β are the paper's in every recipe)
@@ -53,7 +53,7 @@ EXAMPLES = {"en": ["I bought forty-five books on Monday.", "on March 5, 2021", "
 
 def read_recipe(path: str | os.PathLike) -> dict[str, Any]:
     """The recipe's settings (keys starting with "_" are comments); SystemExit naming the file if it is unusable."""
-    path = Path(path)
+    path = project_file(path)  # as given, else the checkout's or the installed copy (configuration/...)
     if not path.is_file():
         raise SystemExit(f"--recipe {path}: no such file")
     try:
@@ -230,6 +230,8 @@ def resolve_settings(args: argparse.Namespace) -> dict[str, Any]:
         problems.append(f"device must be cpu, cuda or cuda:N, got {s['device']!r}")
     elif str(s.get("device")).startswith("cuda:") and world > 1:
         problems.append(f"--device {s['device']} picks one GPU, but {world} processes each take their own")
+    if isinstance(s.get("model_config"), str):  # as given, else the checkout's or the installed configuration/
+        s["model_config"] = str(project_file(s["model_config"]))
     if not Path(s.get("model_config", "")).is_file():
         problems.append(f"model_config {s.get('model_config')!r}: no such file")
     else:

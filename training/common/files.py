@@ -1,5 +1,6 @@
 """Files: the ones we write get the permissions the user's umask gives, as any other program's would; the text files
-we read are UTF-8, and a line that is not is named (`read_lines`).
+we read are UTF-8, and a line that is not is named (`read_lines`); the project's own files (`configuration/*.json`,
+`model_card.md`) are found in a checkout or an install (`project_file`).
 
 safetensors creates its files with mode 0600 whatever the umask, so a model folder saved by one user could not be
 read by the group that shares it; `follow_umask` puts such files back to 0666 & ~umask (folders 0777 & ~umask).
@@ -58,3 +59,36 @@ def read_lines(path: Path, what: str) -> list[str]:
     if lines and lines[0].startswith("\ufeff"):
         lines[0] = lines[0][1:]
     return lines
+
+
+DATA_DIR = "share/vaswani-transformer"  # where setup.cfg's data_files put configuration/ and model_card.md
+
+
+def project_file(path: str | os.PathLike, *, given_first: bool = True) -> Path:
+    """`path` as given when it exists (relative to the working folder, as every command line means it; skipped with
+    `given_first=False`, for a default); else, for a relative path such as `configuration/recipe_small.json` or
+    `model_card.md`, the checkout's copy, then the copy `pip install` put under `DATA_DIR` (tests/test_install.py).
+    A path found nowhere comes back unchanged, so the caller's "no such file" message names what the user gave."""
+    given = Path(path)
+    if given.is_absolute() or (given_first and given.exists()):
+        return given
+    checkout = Path(__file__).resolve().parents[2] / given
+    if checkout.exists():
+        return checkout
+    import site
+    import sys
+    from importlib import metadata
+
+    try:
+        dist = metadata.distribution("vaswani-transformer")
+    except metadata.PackageNotFoundError:
+        return given
+    wanted = f"{DATA_DIR}/{given.as_posix()}"
+    # where the wheel's record says (a venv or system install: the prefix's share/), then the other places pip puts
+    # data files: beside the packages (--target), the interpreter's prefix, the user base (--user)
+    recorded = [Path(f.locate()) for f in dist.files or [] if f.as_posix().endswith(wanted)]
+    roots = [Path(str(dist.locate_file(""))), Path(sys.prefix), Path(site.getuserbase())]
+    for candidate in [*recorded, *(root / wanted for root in roots)]:
+        if candidate.is_file():
+            return candidate.resolve()
+    return given

@@ -30,8 +30,9 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 from huggingface_hub.utils import HFValidationError, validate_repo_id
 from safetensors import safe_open
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-TEMPLATE = REPO_ROOT / "model_card.md"
+from training.common.files import project_file
+
+TEMPLATE = project_file("model_card.md")  # the checkout's, or the installed copy
 NOT_RECORDED = "not recorded"
 LICENSE = "apache-2.0"
 TAGS = ["translation", "transformer", "vaswani2017", "custom_code"]
