@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-SCRIPTS = ("train", "evaluate", "translate", "average", "publish", "export", "demo")
+SCRIPTS = ("train", "evaluate", "translate", "average", "publish", "export", "demo")  # the README names these
 
 
 @pytest.fixture(scope="module")

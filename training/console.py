@@ -7,37 +7,20 @@
 """
 
 import runpy
+from collections.abc import Callable
+
+COMMANDS = ("train", "evaluate", "translate", "average", "publish", "export", "demo")
 
 
-def _run(command: str) -> None:
-    # exactly `python -m training.<command>`: its `if __name__ == "__main__"` block runs. training/__init__.py has
-    # set the commands' OpenMP defaults already (threads.started_as_command knows these scripts); torch loads later
-    runpy.run_module(f"training.{command}", run_name="__main__", alter_sys=True)
+def _script(command: str) -> Callable[[], None]:
+    def run() -> None:
+        # exactly `python -m training.<command>`: its `if __name__ == "__main__"` block runs. training/__init__.py
+        # has set the commands' OpenMP defaults already (threads.started_as_command knows these scripts)
+        runpy.run_module(f"training.{command}", run_name="__main__", alter_sys=True)
+
+    run.__name__ = run.__qualname__ = command
+    return run
 
 
-def train() -> None:
-    _run("train")
-
-
-def evaluate() -> None:
-    _run("evaluate")
-
-
-def translate() -> None:
-    _run("translate")
-
-
-def average() -> None:
-    _run("average")
-
-
-def publish() -> None:
-    _run("publish")
-
-
-def export() -> None:
-    _run("export")
-
-
-def demo() -> None:
-    _run("demo")
+# one entry point a command (setup.cfg's console_scripts; tests/test_install.py runs each)
+train, evaluate, translate, average, publish, export, demo = (_script(c) for c in COMMANDS)
