@@ -180,7 +180,7 @@ def test_batch_sampler_shard_gives_ranks_different_batches_and_equal_counts(n, p
 
 
 def trainer_epoch(dataloader, epoch: int, skip: int = 0) -> list[list[int]]:
-    """What Trainer._run_epoch does with the prepared loader (transformers/trainer.py:1848-1866)."""
+    """What Trainer._run_epoch does with the prepared loader."""
     if skip:
         dataloader = skip_first_batches(dataloader, skip)
     if hasattr(dataloader, "set_epoch"):
@@ -192,8 +192,7 @@ def trainer_epoch(dataloader, epoch: int, skip: int = 0) -> list[list[int]]:
 
 
 def prepared_loader(src, tgt, processes: int, rank: int):
-    """A fresh process's loader: our sampler in a DataLoader, prepared as Accelerator.prepare does it
-    (accelerate/accelerator.py:2724-2740)."""
+    """A fresh process's loader: our sampler in a DataLoader, prepared as Accelerator.prepare does it."""
     sampler = TokenBudgetBatchSampler(src, tgt, max_tokens=100, seed=11)
     loader = DataLoader(list(range(len(src))), batch_sampler=sampler, collate_fn=list)
     prepared = prepare_data_loader(loader, num_processes=processes, process_index=rank, even_batches=True)

@@ -2,13 +2,11 @@
 
 torch's CPU build runs its parallel regions on libgomp, whose idle threads spin before they sleep. On an idle machine
 that spinning buys little; beside one other busy process it costs several times over, because the spinning thread
-holds the core its descheduled partner needs (measured on 2 cores: a training step 2.6× slower beside a busy Python
-loop and 4–26× beside another torch job; beam search 2.7× and 4–29×). Sleeping at once (OMP_WAIT_POLICY=PASSIVE)
-bounds that, but pays a futex wake-up per parallel region: 11–25% on the idle machine. A short spin,
-GOMP_SPINCOUNT=1000 (the count libgomp itself falls back to when threads outnumber cores), keeps the idle speed
-(within the idle runs' spread) and stays within ~1.8× of it beside a competitor. The results are in
-benchmarks/results/load-*.md; tests/test_threads.py checks when the default applies. GOMP_SPINCOUNT is libgomp's:
-torch builds on other OpenMP runtimes (Intel's libiomp, macOS) ignore it.
+holds the core its descheduled partner needs. Sleeping at once (OMP_WAIT_POLICY=PASSIVE) bounds that, but pays a
+futex wake-up per parallel region on the idle machine. A short spin, GOMP_SPINCOUNT=1000 (the count libgomp itself
+falls back to when threads outnumber cores), keeps the idle speed and bounds the loss beside a competitor. The
+measurements are in benchmarks/results/load-*.md (benchmarks/load.py); tests/test_threads.py checks when the default
+applies. GOMP_SPINCOUNT is libgomp's: torch builds on other OpenMP runtimes (Intel's libiomp, macOS) ignore it.
 
 `python -m training.<command>` and the `vaswani-<command>` scripts apply them from training/__init__.py, before any module imports torch. A user's
 own OMP_WAIT_POLICY or GOMP_SPINCOUNT wins; VASWANI_NO_THREAD_DEFAULTS=1 turns ours off. Importing `training` from

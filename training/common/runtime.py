@@ -2,8 +2,8 @@
 
 Beam search over a 37,000-word vocabulary allocates several fresh (batch·beams, vocab) buffers each step, ~19 MB
 apiece. glibc's malloc serves blocks that large with mmap and returns them on free, so every step pays page faults
-(and the kernel's zeroing) on ~60 MB: in a measured CPU beam-4 run (base model, 2 cores) that was ~20% of the
-time. Raising the mmap and trim thresholds keeps those blocks in the heap for reuse, as jemalloc/tcmalloc would.
+(and the kernel's zeroing) on tens of MB, a large share of a CPU beam search's time (`python -m benchmarks.generate
+--plain_malloc` measures it without). Raising the mmap and trim thresholds keeps those blocks in the heap for reuse, as jemalloc/tcmalloc would.
 """
 
 import ctypes

@@ -9,34 +9,35 @@ its "group_by_length" and "batch_rebalance" strategies also fix the count of exa
 transformers, accelerate nor datasets has a sampler that caps the tokens of a batch. `TokenBudgetBatchSampler`
 is that sampler; `TokenBudgetTrainerMixin` puts it into Trainer's data loading, through `accelerator.prepare` like
 Trainer's own loaders, so that DDP sharding, gradient accumulation, resume and per-token loss normalisation keep
-working. What was checked in transformers 5.24 / accelerate 1.15 (file:line as installed):
+working. What was checked in the installed transformers and accelerate (setup.cfg bounds the versions; tests/test_batching.py
+and tests/test_train_script.py exercise each point, so a release that changes one fails them):
 
-- DDP. `Accelerator.prepare` wraps the batch sampler in `BatchSamplerShard` (accelerate/data_loader.py:1253-1260):
+- DDP. `Accelerator.prepare` wraps the batch sampler in `BatchSamplerShard`:
   process r takes batches r, r + P, r + 2P, ... of one common order (every process builds the same batches from
   the same lengths and seed), so processes get different batches. Our sampler has no `batch_size`, which
-  `BatchSamplerShard` treats as batches of varying size (data_loader.py:213-272). With `even_batches=True`
+  `BatchSamplerShard` treats as batches of varying size. With `even_batches=True`
   (Trainer's default) every process yields ceil(B / P) batches: when P does not divide the number of batches B,
-  the processes that would run short take the first batches of the epoch again (data_loader.py:235-272), so all
+  the processes that would run short take the first batches of the epoch again, so all
   processes take the same number of steps; a few pairs are then seen twice in that epoch. `even_batches=False`
   would give processes different step counts (a DDP hang) and `split_batches`/`dispatch_batches` need a fixed
   batch size; those settings are refused.
 - Epochs. Trainer calls `train_dataloader.set_epoch(epoch)` and then `set_epoch` on
-  `train_dataloader.batch_sampler.batch_sampler` (transformers/trainer.py:1859-1866); accelerate's
+  `train_dataloader.batch_sampler.batch_sampler`; accelerate's
   `DataLoaderShard.set_epoch` reaches `batch_sampler`, `batch_sampler.sampler` and
-  `batch_sampler.batch_sampler.sampler` (accelerate/data_loader.py:622-639). On one process our sampler is the
+  `batch_sampler.batch_sampler.sampler`. On one process our sampler is the
   loader's batch sampler and both reach it. Under DDP after a resume the chain is
   SkipBatchSampler → BatchSamplerShard → ours and neither reaches it, so the prepared loader's `BatchSamplerShard`
   gets a `sampler` attribute pointing at our sampler (`_let_set_epoch_reach`), which accelerate's third branch uses.
 - Resume. Trainer skips `steps_trained_in_current_epoch · gradient_accumulation_steps` batches with accelerate's
-  `skip_first_batches` (trainer.py:1848-1852), which wraps the prepared loader's batch sampler in a
-  `SkipBatchSampler` (data_loader.py:1332-1353, 1395-1473); since our batches depend only on (lengths, seed) and
+  `skip_first_batches`, which wraps the prepared loader's batch sampler in a
+  `SkipBatchSampler`; since our batches depend only on (lengths, seed) and
   their order only on (seed, epoch), the resumed run sees exactly the batches the uninterrupted run would have.
-- Loss normalisation. The model's `forward` takes `**kwargs`, so Trainer sets `model_accepts_loss_kwargs`
-  (trainer.py:517-523), counts the target tokens (`labels != -100`) of all micro-batches of one optimizer step
-  (trainer.py:2306-2343), sums that count over processes when `average_tokens_across_devices` (default True,
-  trainer.py:2347-2350) and passes it as `num_items_in_batch` to `forward` (trainer.py:2167-2170). The model divides
+- Loss normalisation. The model's `forward` takes `**kwargs`, so Trainer sets `model_accepts_loss_kwargs`,
+  counts the target tokens (`labels != -100`) of all micro-batches of one optimizer step, sums that count over
+  processes when `average_tokens_across_devices` (default True) and passes it as `num_items_in_batch` to
+  `forward`. The model divides
   each micro-batch's summed token loss by it; Trainer then does not divide by the accumulation steps
-  (trainer.py:2110-2119) and multiplies by the number of processes (trainer.py:2207-2215), which DDP's gradient
+  and multiplies by the number of processes, which DDP's gradient
   averaging undoes. The gradient is d(sum of token losses of the global batch) / (its target tokens).
   Trainer's own `LabelSmoother` (label_smoothing_factor > 0) normalises by `num_items_in_batch` the same way;
   `VaswaniTrainer` hands ε_ls to the model's loss instead, so the fused loss applies (training/trainer/trainer.py).
@@ -197,10 +198,9 @@ def _is_stream(dataset: Any) -> bool:
 def _let_set_epoch_reach(dataloader: Any, sampler: TokenBudgetBatchSampler) -> None:
     """Under DDP, make accelerate's `DataLoaderShard.set_epoch` reach `sampler` through `BatchSamplerShard`.
 
-    accelerate forwards `set_epoch` to `batch_sampler.sampler` and to `batch_sampler.batch_sampler.sampler`
-    (data_loader.py:622-639), never to a batch sampler inside `BatchSamplerShard`; Trainer forwards it one level
-    down only (trainer.py:1861-1866), which misses it once `skip_first_batches` adds a `SkipBatchSampler` on a
-    resume. Giving the shard a `sampler` attribute makes both paths land on ours.
+    accelerate forwards `set_epoch` to `batch_sampler.sampler` and to `batch_sampler.batch_sampler.sampler`, never
+    to a batch sampler inside `BatchSamplerShard`; Trainer forwards it one level down only, which misses it once
+    `skip_first_batches` adds a `SkipBatchSampler` on a resume. Giving the shard a `sampler` attribute makes both paths land on ours.
     """
     shard = getattr(dataloader, "batch_sampler", None)
     if isinstance(shard, BatchSamplerShard) and shard.batch_sampler is sampler:
@@ -352,7 +352,7 @@ class TokenBudgetTrainerMixin:
         dataset = dataset.remove_columns([self.src_len_column, self.tgt_len_column])
         dataset = self._remove_unused_columns(dataset, description=description)
         args = self.args
-        params: dict[str, Any] = {  # as Trainer._get_dataloader (trainer.py:1024-1050), with a batch sampler
+        params: dict[str, Any] = {  # as Trainer._get_dataloader, with a batch sampler
             "batch_sampler": sampler,
             "collate_fn": BudgetCheckedCollator(self.data_collator, max_tokens),
             "num_workers": args.dataloader_num_workers,
