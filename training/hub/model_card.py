@@ -404,25 +404,18 @@ def eval_results(facts: RunFacts, scores: Mapping[str, Mapping[str, Any]]) -> li
             "dataset_config": config,
             "dataset_split": split,
         }
-        results.append(
-            EvalResult(
-                **common,
-                metric_type="bleu",
-                metric_value=round(float(s["bleu"]), 2),
-                metric_name="sacreBLEU",
-                metric_config=s.get("signature"),
-            )
-        )
-        if isinstance(s.get("chrf"), int | float) and not isinstance(s.get("chrf"), bool):
-            results.append(
-                EvalResult(
-                    **common,
-                    metric_type="chrf",
-                    metric_value=round(float(s["chrf"]), 2),
-                    metric_name="chrF",
-                    metric_config=s.get("chrf_signature"),
+        for metric, shown, signature in (("bleu", "sacreBLEU", "signature"), ("chrf", "chrF", "chrf_signature")):
+            value = s.get(metric)  # BLEU is always there (load_scores checks it), chrF only in newer scores.json
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                results.append(
+                    EvalResult(
+                        **common,
+                        metric_type=metric,
+                        metric_value=round(float(value), 2),
+                        metric_name=shown,
+                        metric_config=s.get(signature),
+                    )
                 )
-            )
     return results
 
 
