@@ -31,30 +31,105 @@ From Python (the same code path, training/evaluation/scoring.py):
     result["bleu"], result["signature"], result["hypotheses"]
 """
 
-from __future__ import annotations
-
-import argparse
+# no `from __future__ import annotations`: run as __main__, dataclasses must see ClassVar as a type, not a string
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
-from training.common.arguments import add_decoding_arguments, check_decoding_arguments, generate_overrides
-from training.common.errors import add_debug_flag, problems_message, run_command
-from training.common.files import read_lines
+from transformers import HfArgumentParser
+
+from training.common.arguments import DecodingArguments, command_parser, minimum_problems, parse_command
+from training.common.checks import language_problem
+from training.common.errors import problems_message, run_command
+from training.common.files import output_problem, read_lines
 from training.common.runtime import keep_freed_memory_for_reuse
 from training.evaluation.scoring import evaluate_model
 from training.inference.translation import DEFAULT_MAX_TOKENS, EvaluationError, load_model
 
-# torch, transformers and the metrics load inside the functions that use them: `--help` and a bad command line are
-# answered without them (tests/test_cli_errors.py)
+# torch and the metrics load inside the functions that use them: `--help` and a bad command line are answered
+# without them (tests/test_cli_errors.py; HfArgumentParser loads transformers, not torch)
+
+
+@dataclass
+class EvaluateArguments:
+    _argument_group_name = "model and output"
+
+    model: str = field(metadata={"help": "model folder (train/average output) or Hub model id"})
+    output_dir: Path = field(metadata={"help": "folder for hypotheses.txt and scores.json"})
+    overwrite: bool = field(
+        default=False, metadata={"help": "replace hypotheses.txt/scores.json in a non-empty folder"}
+    )
+
+
+@dataclass
+class TestDataArguments:
+    _argument_group_name = "test data (give one)"
+    MINIMUMS: ClassVar[dict[str, int]] = {"max_samples": 1}
+
+    dataset_name: str | None = field(
+        default=None, metadata={"help": '"default" (the offline corpus), a Hub translation dataset or a folder'}
+    )
+    dataset_config: str | None = field(default=None, metadata={"help": "the Hub dataset's configuration, e.g. de-en"})
+    split: str | None = field(default=None, metadata={"help": "split of --dataset_name (default: test)"})
+    test_file: Path | None = field(default=None, metadata={"help": "local test data: .jsonl, .tsv or a Moses prefix"})
+    source_file: Path | None = field(
+        default=None, metadata={"help": "plain text, one source sentence a line (with --reference_file)"}
+    )
+    reference_file: Path | None = field(
+        default=None, metadata={"help": "plain text, one reference a line, aligned with --source_file"}
+    )
+    source_lang: str = field(default="en", metadata={"help": "source language key (default en)"})
+    target_lang: str = field(default="de", metadata={"help": "target language key (default de)"})
+    max_samples: int | None = field(default=None, metadata={"help": "only the first N sentences"})
+
+
+@dataclass
+class RunningArguments:
+    _argument_group_name = "running"
+    MINIMUMS: ClassVar[dict[str, int]] = {"max_tokens": 1}
+
+    max_tokens: int = field(default=DEFAULT_MAX_TOKENS, metadata={"help": "source tokens per batch, padding counted"})
+    device: str | None = field(default=None, metadata={"help": "cpu, cuda, cuda:1, ... (default: cuda if available)"})
+    quiet: bool = field(default=False, metadata={"help": "no progress bar"})
+
+
+ARGUMENTS = (EvaluateArguments, TestDataArguments, DecodingArguments, RunningArguments)
+
+
+def build_parser() -> HfArgumentParser:
+    return command_parser("python -m training.evaluate", __doc__, ARGUMENTS)
+
+
+def check_arguments(
+    run: EvaluateArguments, data: TestDataArguments, decoding: DecodingArguments, running: RunningArguments
+) -> None:
+    """Every problem of the command line at once, before the model or the data is loaded."""
+    problems = minimum_problems(data, decoding, running)
+    given = [name for name in ("dataset_name", "test_file", "source_file") if getattr(data, name)]
+    if data.reference_file and not data.source_file:
+        given.append("reference_file")
+    if len(given) != 1:
+        problems.append(
+            "give exactly one test set: --dataset_name NAME (e.g. default), --test_file PATH, or --source_file "
+            "SRC.txt with --reference_file REF.txt" + (f" (got {', '.join('--' + g for g in given)})" if given else "")
+        )
+    if data.split and not data.dataset_name:
+        problems.append("--split applies to --dataset_name only")
+    if data.dataset_config and not data.dataset_name:
+        problems.append("--dataset_config applies to --dataset_name only")
+    problems += filter(None, [language_problem(data.source_lang, data.target_lang)])
+    problems += filter(None, [output_problem(run.output_dir, "--output_dir", run.overwrite)])
+    if problems:
+        raise EvaluationError(problems_message("bad arguments", problems))
 
 
 # --------------------------------------------------------------------------------------------------------------
 # evaluation
 
 
-def load_test_set(args: argparse.Namespace) -> tuple[list[str], list[str], dict[str, Any]]:
+def load_test_set(args: TestDataArguments) -> tuple[list[str], list[str], dict[str, Any]]:
     """(sources, references, description of the data) from the command-line data options."""
     if args.source_file or args.reference_file:
         if not (args.source_file and args.reference_file):
@@ -102,64 +177,6 @@ def load_test_set(args: argparse.Namespace) -> tuple[list[str], list[str], dict[
     return sources, references, data
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="python -m training.evaluate", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    p.add_argument("--model", required=True, help="model folder (train/average output) or Hub model id")
-    p.add_argument("--output_dir", type=Path, required=True, help="folder for hypotheses.txt and scores.json")
-    p.add_argument("--overwrite", action="store_true", help="replace hypotheses.txt/scores.json in a non-empty folder")
-    d = p.add_argument_group("test data (give one)")
-    d.add_argument("--dataset_name", help='"default" (the offline corpus), a Hub translation dataset or a folder')
-    d.add_argument("--dataset_config", help="the Hub dataset's configuration, e.g. de-en")
-    d.add_argument("--split", help="split of --dataset_name (default: test)")
-    d.add_argument("--test_file", type=Path, help="local test data: .jsonl, .tsv or a Moses prefix")
-    d.add_argument("--source_file", type=Path, help="plain text, one source sentence a line (with --reference_file)")
-    d.add_argument("--reference_file", type=Path, help="plain text, one reference a line, aligned with --source_file")
-    d.add_argument("--source_lang", default="en", help="source language key (default en)")
-    d.add_argument("--target_lang", default="de", help="target language key (default de)")
-    d.add_argument("--max_samples", type=int, help="only the first N sentences")
-    add_decoding_arguments(p)
-    r = p.add_argument_group("running")
-    r.add_argument(
-        "--max_tokens", type=int, default=DEFAULT_MAX_TOKENS, help="source tokens per batch, padding counted"
-    )
-    r.add_argument("--device", help="cpu, cuda, cuda:1, ... (default: cuda if available)")
-    r.add_argument("--quiet", action="store_true", help="no progress bar")
-    add_debug_flag(p)
-    return p
-
-
-def check_arguments(args: argparse.Namespace) -> None:
-    """Every problem of the command line at once, before the model or the data is loaded."""
-    problems = check_decoding_arguments(args)
-    given = [name for name in ("dataset_name", "test_file", "source_file") if getattr(args, name)]
-    if args.reference_file and not args.source_file:
-        given.append("reference_file")
-    if len(given) != 1:
-        problems.append(
-            "give exactly one test set: --dataset_name NAME (e.g. default), --test_file PATH, or --source_file "
-            "SRC.txt with --reference_file REF.txt" + (f" (got {', '.join('--' + g for g in given)})" if given else "")
-        )
-    if args.split and not args.dataset_name:
-        problems.append("--split applies to --dataset_name only")
-    if args.dataset_config and not args.dataset_name:
-        problems.append("--dataset_config applies to --dataset_name only")
-    if args.max_tokens < 1:
-        problems.append(f"--max_tokens must be a positive integer, got {args.max_tokens}")
-    if args.max_samples is not None and args.max_samples < 1:
-        problems.append(f"--max_samples must be a positive integer, got {args.max_samples}")
-    if args.source_lang == args.target_lang:
-        problems.append(f"--source_lang and --target_lang are both {args.source_lang!r}")
-    out = args.output_dir
-    if out.exists() and not out.is_dir():
-        problems.append(f"--output_dir {out} is a file")
-    elif out.is_dir() and any(out.iterdir()) and not args.overwrite:
-        problems.append(f"--output_dir {out} exists and is not empty: pass --overwrite to replace its results")
-    if problems:
-        raise EvaluationError(problems_message("bad arguments", problems))
-
-
 def markdown_table(result: Mapping[str, Any], model: str, data: Mapping[str, Any]) -> str:
     decoding = result["decoding"]
     what = data.get("test_file") or data.get("source_file") or f"{data.get('dataset_name')} ({data.get('split')})"
@@ -179,39 +196,39 @@ def markdown_table(result: Mapping[str, Any], model: str, data: Mapping[str, Any
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    args = build_parser().parse_args(argv)
+    run, data_args, decoding, running, _ = parse_command(build_parser(), argv)
     try:
-        check_arguments(args)
+        check_arguments(run, data_args, decoding, running)
         keep_freed_memory_for_reuse()  # training/common/runtime.py: ~20% faster CPU beam search
-        sources, references, data = load_test_set(args)
-        model, tokenizer = load_model(args.model, args.device, args.cpu_kernel)
-        generate_kwargs = generate_overrides(args)
+        sources, references, data = load_test_set(data_args)
+        model, tokenizer = load_model(run.model, running.device, decoding.cpu_kernel)
         result = evaluate_model(
             model,
             tokenizer,
             sources,
             references,
-            max_tokens=args.max_tokens,
-            generate_kwargs=generate_kwargs,
-            progress=not args.quiet,
+            max_tokens=running.max_tokens,
+            generate_kwargs=decoding.generate_overrides(),
+            progress=not running.quiet,
         )
     except EvaluationError as e:
         raise SystemExit(f"error: {e}") from None
     hypotheses = result.pop("hypotheses")
     scores = {
         **result,
-        "model": args.model,
+        "model": run.model,
         "data": data,
         "device": str(next(model.parameters()).device),
-        "cpu_kernel": args.cpu_kernel or "default",
-        "max_tokens": args.max_tokens,
+        "cpu_kernel": decoding.cpu_kernel or "default",
+        "max_tokens": running.max_tokens,
         "hypotheses_file": "hypotheses.txt",
     }
-    args.output_dir.mkdir(parents=True, exist_ok=True)
-    (args.output_dir / "hypotheses.txt").write_text("".join(h + "\n" for h in hypotheses), encoding="utf-8")
-    (args.output_dir / "scores.json").write_text(json.dumps(scores, indent=2, ensure_ascii=False) + "\n")
-    print(markdown_table(result, args.model, data))
-    print(f"\nwrote {args.output_dir / 'hypotheses.txt'} and {args.output_dir / 'scores.json'}")
+    out = run.output_dir
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "hypotheses.txt").write_text("".join(h + "\n" for h in hypotheses), encoding="utf-8")
+    (out / "scores.json").write_text(json.dumps(scores, indent=2, ensure_ascii=False) + "\n")
+    print(markdown_table(result, run.model, data))
+    print(f"\nwrote {out / 'hypotheses.txt'} and {out / 'scores.json'}")
     return {**scores, "hypotheses": hypotheses}
 
 

@@ -21,18 +21,20 @@ Input is UTF-8 text, one sentence a line; output is UTF-8, one translation a lin
 - stdout carries the translations only: the progress bar, warnings and loading messages go to stderr.
 """
 
-from __future__ import annotations
-
-import argparse
+# no `from __future__ import annotations`: run as __main__, dataclasses must see ClassVar as a type, not a string
 import contextlib
 import os
 import sys
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, ClassVar
 
-from training.common.arguments import add_decoding_arguments, check_decoding_arguments, generate_overrides
-from training.common.errors import add_debug_flag, problems_message, run_command
-from training.common.files import follow_umask
+from transformers import HfArgumentParser
+
+from training.common.arguments import DecodingArguments, command_parser, minimum_problems, parse_command
+from training.common.errors import problems_message, run_command
+from training.common.files import MAX_LISTED, decode_lines, follow_umask, output_problem
 from training.common.runtime import keep_freed_memory_for_reuse
 from training.inference.translation import (
     DEFAULT_MAX_TOKENS,
@@ -42,80 +44,42 @@ from training.inference.translation import (
 )
 
 DEFAULT_MAX_SOURCE_TOKENS = 256
-MAX_LISTED = 10  # line numbers named in one message
 
 
-def split_lines(data: bytes) -> list[bytes]:
-    """The lines of `data` without their line ends; a final newline does not start another line."""
-    if not data:
-        return []
-    lines = data.split(b"\n")
-    if lines[-1] == b"":
-        lines.pop()
-    return [line.removesuffix(b"\r") for line in lines]
+@dataclass
+class TranslateArguments:
+    MINIMUMS: ClassVar[dict[str, Any]] = {"max_source_tokens": (2, " (a token and </s>)"), "batch_tokens": 1}
 
-
-def _listed(numbers: list[int]) -> str:
-    shown = ", ".join(str(n) for n in numbers[:MAX_LISTED])
-    return shown + (f" and {len(numbers) - MAX_LISTED} more" if len(numbers) > MAX_LISTED else "")
-
-
-def decode_lines(lines: list[bytes], source: str) -> list[str]:
-    """Decode every line as UTF-8; EvaluationError naming every bad line (1-based) and its first bad byte."""
-    texts, bad = [], []
-    for number, raw in enumerate(lines, start=1):
-        try:
-            texts.append(raw.decode("utf-8"))
-        except UnicodeDecodeError as e:
-            bad.append((number, e.start, raw[e.start : e.start + 1]))
-    if bad:
-        first = "; ".join(f"line {n} at byte {pos} ({byte!r})" for n, pos, byte in bad[:MAX_LISTED])
-        raise EvaluationError(
-            f"{source} is not valid UTF-8 on line(s) {_listed([n for n, _, _ in bad])} ({first}); nothing translated"
-        )
-    if texts and texts[0].startswith("\ufeff"):  # a byte-order mark is not text
-        texts[0] = texts[0][1:]
-    return texts
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="python -m training.translate", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    model: str = field(metadata={"help": "model folder (train/average output) or Hub model id"})
+    input: Path | None = field(default=None, metadata={"aliases": ["-i"], "help": "input file (default: stdin)"})
+    output: Path | None = field(default=None, metadata={"aliases": ["-o"], "help": "output file (default: stdout)"})
+    overwrite: bool = field(default=False, metadata={"help": "replace an existing, non-empty --output file"})
+    max_source_tokens: int | None = field(
+        default=None,
+        metadata={
+            "help": f"longest input in tokens, </s> included (default: {DEFAULT_MAX_SOURCE_TOKENS} or the "
+            "tokenizer's model_max_length, whichever is smaller); longer lines are truncated with a warning"
+        },
     )
-    p.add_argument("--model", required=True, help="model folder (train/average output) or Hub model id")
-    p.add_argument("-i", "--input", type=Path, help="input file (default: stdin)")
-    p.add_argument("-o", "--output", type=Path, help="output file (default: stdout)")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing, non-empty --output file")
-    p.add_argument(
-        "--max_source_tokens",
-        type=int,
-        help=f"longest input in tokens, </s> included (default: {DEFAULT_MAX_SOURCE_TOKENS} or the tokenizer's "
-        "model_max_length, whichever is smaller); longer lines are truncated with a warning",
-    )
-    p.add_argument("--strict", action="store_true", help="refuse (exit 2) instead of truncating a long line")
-    add_decoding_arguments(p)
-    p.add_argument("--batch_tokens", type=int, default=DEFAULT_MAX_TOKENS, help="source tokens per batch, padded")
-    p.add_argument("--device", help="cpu, cuda, cuda:1, ... (default: cuda if available)")
-    p.add_argument("--quiet", action="store_true", help="no progress bar, no loading messages")
-    add_debug_flag(p)
-    return p
+    strict: bool = field(default=False, metadata={"help": "refuse (exit 2) instead of truncating a long line"})
+    batch_tokens: int = field(default=DEFAULT_MAX_TOKENS, metadata={"help": "source tokens per batch, padded"})
+    device: str | None = field(default=None, metadata={"help": "cpu, cuda, cuda:1, ... (default: cuda if available)"})
+    quiet: bool = field(default=False, metadata={"help": "no progress bar, no loading messages"})
 
 
-def check_arguments(args: argparse.Namespace) -> None:
-    problems = check_decoding_arguments(args)
-    if args.batch_tokens < 1:
-        problems.append(f"--batch_tokens must be a positive integer, got {args.batch_tokens}")
-    if args.max_source_tokens is not None and args.max_source_tokens < 2:
-        problems.append(f"--max_source_tokens must be at least 2 (a token and </s>), got {args.max_source_tokens}")
+def build_parser() -> HfArgumentParser:
+    return command_parser("python -m training.translate", __doc__, (TranslateArguments, DecodingArguments))
+
+
+def check_arguments(args: TranslateArguments, decoding: DecodingArguments) -> None:
+    problems = minimum_problems(args, decoding)
     if args.input is not None and not args.input.is_file():
         problems.append(f"--input {args.input}: no such file")
     if args.output is not None:
-        if args.output.is_dir():
-            problems.append(f"--output {args.output} is a folder")
-        elif args.input is not None and args.output.exists() and args.output.resolve() == args.input.resolve():
+        if args.input is not None and args.output.is_file() and args.output.resolve() == args.input.resolve():
             problems.append(f"--output {args.output} is the input file")
-        elif args.output.exists() and args.output.stat().st_size > 0 and not args.overwrite:
-            problems.append(f"--output {args.output} exists and is not empty: pass --overwrite to replace it")
+        else:
+            problems += filter(None, [output_problem(args.output, "--output", args.overwrite, kind="file")])
     if problems:
         raise EvaluationError(problems_message("bad arguments", problems))
 
@@ -138,17 +102,20 @@ def write_output(text: str, output: Path | None) -> None:
         raise
 
 
-def translate_lines(args: argparse.Namespace) -> str:
+def translate_lines(args: TranslateArguments, decoding: DecodingArguments) -> str:
     """Read, check, translate; returns the output text (one line per input line). Messages go to stderr."""
     source = str(args.input) if args.input is not None else "stdin"
     raw = args.input.read_bytes() if args.input is not None else sys.stdin.buffer.read()
-    texts = decode_lines(split_lines(raw), source)
+    try:
+        texts = decode_lines(raw, source)
+    except ValueError as e:  # every line that is not UTF-8, named
+        raise EvaluationError(f"{e}; nothing translated") from None
     if args.quiet:
         from transformers.utils import logging as hf_logging
 
         hf_logging.set_verbosity_error()
         hf_logging.disable_progress_bar()
-    model, tokenizer = load_model(args.model, args.device, args.cpu_kernel)
+    model, tokenizer = load_model(args.model, args.device, decoding.cpu_kernel)
     limit = args.max_source_tokens
     if limit is None:
         limit = min(DEFAULT_MAX_SOURCE_TOKENS, tokenizer.model_max_length or DEFAULT_MAX_SOURCE_TOKENS)
@@ -173,7 +140,7 @@ def translate_lines(args: argparse.Namespace) -> str:
         tokenizer,
         texts,
         max_tokens=args.batch_tokens,
-        generate_kwargs=generate_overrides(args),
+        generate_kwargs=decoding.generate_overrides(),
         max_source_tokens=limit,
         progress=not args.quiet,
     )
@@ -181,12 +148,12 @@ def translate_lines(args: argparse.Namespace) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = build_parser().parse_args(argv)
+    args, decoding, _ = parse_command(build_parser(), argv)
     try:
-        check_arguments(args)
+        check_arguments(args, decoding)
         keep_freed_memory_for_reuse()  # training/common/runtime.py: ~20% faster CPU beam search
         with contextlib.redirect_stdout(sys.stderr):  # whatever a library prints must not mix with translations
-            text = translate_lines(args)
+            text = translate_lines(args, decoding)
     except EvaluationError as e:
         raise SystemExit(f"error: {e}") from None
     write_output(text, args.output)

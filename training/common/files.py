@@ -1,6 +1,7 @@
 """Files: the ones we write get the permissions the user's umask gives, as any other program's would; the text files
-we read are UTF-8, and a line that is not is named (`read_lines`); the project's own files (`configuration/*.json`,
-`model_card.md`) are found in a checkout or an install (`project_file`).
+we read are UTF-8, and a line that is not is named (`decode_lines`); an output that exists is replaced only with
+--overwrite (`output_problem`); the project's own files (`configuration/*.json`, `model_card.md`) are found in a
+checkout or an install (`project_file`).
 
 safetensors creates its files with mode 0600 whatever the umask, so a model folder saved by one user could not be
 read by the group that shares it; `follow_umask` puts such files back to 0666 & ~umask (folders 0777 & ~umask).
@@ -43,22 +44,62 @@ def follow_umask_in(folder: str | os.PathLike) -> None:
     follow_umask([folder, *folder.rglob("*")])
 
 
+MAX_LISTED = 10  # bad lines named in one message
+
+
+def split_lines(data: bytes) -> list[bytes]:
+    """The lines of `data` without their line ends (\n or \r\n); a final newline does not start another line."""
+    lines = data.split(b"\n")
+    if lines[-1] == b"":  # the newline that ends the last line (or no data at all)
+        lines.pop()
+    return [line.removesuffix(b"\r") for line in lines]
+
+
+def decode_lines(data: bytes, name: str) -> list[str]:
+    """The lines of UTF-8 `data` (`split_lines`), a leading byte-order mark dropped; ValueError naming `name` and
+    every line that is not UTF-8 (1-based; the first MAX_LISTED with the offending byte), so that nothing is
+    processed from a half-readable file. Tests: tests/test_translate.py, tests/test_evaluate.py."""
+    texts, bad = [], []
+    for number, raw in enumerate(split_lines(data), start=1):
+        try:
+            texts.append(raw.decode("utf-8"))
+        except UnicodeDecodeError as e:
+            bad.append((number, e))
+    if len(bad) == 1:
+        number, e = bad[0]
+        raise ValueError(
+            f"{name}, line {number}: not UTF-8 ({e.reason} at byte {e.start}, {e.object[e.start : e.start + 1]!r})"
+        )
+    if bad:
+        numbers = ", ".join(str(n) for n, _ in bad[:MAX_LISTED])
+        more = f" and {len(bad) - MAX_LISTED} more" if len(bad) > MAX_LISTED else ""
+        first = "; ".join(
+            f"line {n} at byte {e.start} ({e.object[e.start : e.start + 1]!r})" for n, e in bad[:MAX_LISTED]
+        )
+        raise ValueError(f"{name} is not valid UTF-8 on line(s) {numbers}{more} ({first})")
+    if texts and texts[0].startswith("\ufeff"):  # a byte-order mark is not text
+        texts[0] = texts[0][1:]
+    return texts
+
+
 def read_lines(path: Path, what: str) -> list[str]:
-    """The lines of a UTF-8 text file (no line-end characters); ValueError naming the file and line if the
-    file is missing or not UTF-8."""
+    """The lines of a UTF-8 text file (`decode_lines`); ValueError naming `what` and the file if it is missing or
+    not UTF-8."""
     if not path.is_file():
         raise ValueError(f"{what} {path}: no such file")
-    lines = []
-    for number, raw in enumerate(path.read_bytes().split(b"\n"), start=1):
-        try:
-            lines.append(raw.decode("utf-8").removesuffix("\r"))
-        except UnicodeDecodeError as e:
-            raise ValueError(f"{what} {path}, line {number}: not UTF-8 ({e.reason} at byte {e.start})") from None
-    if lines and lines[-1] == "":  # the newline that ends the last line
-        lines.pop()
-    if lines and lines[0].startswith("\ufeff"):
-        lines[0] = lines[0][1:]
-    return lines
+    return decode_lines(path.read_bytes(), f"{what} {path}")
+
+
+def output_problem(path: Path, flag: str, overwrite: bool, kind: str = "folder") -> str | None:
+    """Why `path` cannot take a command's output (`kind` "folder" or "file"), or None: the other kind stands there,
+    or it exists and is not empty and `overwrite` is off. The one wording of every command's check (the message
+    is asserted by tests/test_cli_errors.py)."""
+    if path.exists() and path.is_dir() != (kind == "folder"):
+        return f"{flag} {path} is a {'file' if kind == 'folder' else 'folder'}"
+    empty = not any(path.iterdir()) if path.is_dir() else not path.exists() or path.stat().st_size == 0
+    if not empty and not overwrite:
+        return f"{flag} {path} exists and is not empty: pass --overwrite to replace it"
+    return None
 
 
 DATA_DIR = "share/vaswani-transformer"  # where setup.cfg's data_files put configuration/ and model_card.md

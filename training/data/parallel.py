@@ -42,6 +42,7 @@ import pyarrow.compute as pc
 from datasets.exceptions import DatasetGenerationError
 from datasets.table import InMemoryTable, MemoryMappedTable
 
+from training.common.checks import language_problem
 from training.data.corpus import LANGUAGES as DEFAULT_LANGUAGES
 from training.data.corpus import default_corpus
 
@@ -95,8 +96,8 @@ def load_parallel(
     """
     if not source_lang or not target_lang:
         raise ValueError(f"source_lang and target_lang must be language codes, got {source_lang!r}, {target_lang!r}")
-    if source_lang == target_lang:
-        raise ValueError(f"source_lang and target_lang are both {source_lang!r}")
+    if problem := language_problem(source_lang, target_lang, prefix=""):
+        raise ValueError(problem)
     files = _split_files(train_file, validation_file, test_file, data_files)
     if files and dataset_name is not None:
         raise ValueError(f"give either dataset_name ({dataset_name!r}) or data files ({sorted(files)}), not both")
