@@ -250,8 +250,7 @@ def marian_lr_scale(peak: float, warmup: int, d_model: int) -> float:
 
 def system_settings(args: argparse.Namespace, system: str, out: Path) -> dict[str, Any]:
     """training/train.py's settings for `system` (its parser and checks), the budget and seed set for all."""
-    from training.train import build_parser as train_parser
-    from training.train import read_recipe, resolve_settings
+    from training.train import parse_settings, read_recipe
 
     recipe = read_recipe(args.recipe)
     argv = ["--recipe", args.recipe, "--output_dir", str(out), "--train_file", args.train_file,
@@ -267,7 +266,7 @@ def system_settings(args: argparse.Namespace, system: str, out: Path) -> dict[st
         argv.append("--bf16")
     if args.device:
         argv += ["--device", args.device]
-    s = resolve_settings(train_parser(args.recipe).parse_args(argv))
+    s = parse_settings(argv)
     d_model = json.loads(Path(s["model_config"]).read_text())["d_model"]
     if system != "ours":
         s["warmup_steps"] = args.marian_warmup
@@ -378,7 +377,7 @@ def shared_tokenizer(args: argparse.Namespace, s: dict[str, Any], raw) -> Path:
 
 def comparable(s: dict[str, Any]) -> dict[str, Any]:
     """The settings that decide a run (a complete run of other settings is not reused)."""
-    drop = ("output_dir", "device", "use_cpu", "overwrite_output_dir", "resume", "debug", "num_workers")
+    drop = ("output_dir", "device", "use_cpu", "overwrite_output_dir", "resume", "debug", "dataloader_num_workers")
     return json.loads(json.dumps({k: v for k, v in s.items() if k not in drop}, default=str))
 
 

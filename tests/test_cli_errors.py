@@ -92,7 +92,9 @@ def test_train_help_shows_the_recipe_defaults():
     text = train.build_parser().format_help()
     squashed = " ".join(text.split())
     assert "optimizer steps (paper: 100,000) [default: 2,000, from recipe_tiny.json]" in squashed
-    assert "[default: 0.1, from recipe_tiny.json]" in squashed  # label_smoothing
+    assert "ε_ls (paper: 0.1) [default: 0.1, from recipe_tiny.json]" in squashed  # label_smoothing_factor
+    assert "--label_smoothing LABEL_SMOOTHING_FACTOR" in squashed  # the earlier flag, still accepted
+    assert "seed for weights, dropout and batch order [default: 0]" in squashed  # not in the recipe: our default
     base = " ".join(train.build_parser("configuration/recipe_base.json").format_help().split())
     assert "optimizer steps (paper: 100,000) [default: 100,000, from recipe_base.json]" in base
 

@@ -180,6 +180,19 @@ def test_the_card_follows_the_files(run, scores, tmp_path):
     assert {m["type"]: m["value"] for m in by_name["newstest"]["metrics"]} == {"bleu": 12.35, "chrf": 45.68}
 
 
+def test_the_card_reads_label_smoothing_under_its_name_and_the_earlier_one(run, tmp_path):
+    """run_summary.json records ε_ls as `label_smoothing_factor`; summaries of earlier runs as `label_smoothing`."""
+    folder = tmp_path / "avg"
+    shutil.copytree(run["avg"], folder)
+    summary = json.loads((folder / "run_summary.json").read_text())
+    assert summary["settings"]["label_smoothing_factor"] == 0.1 and "label_smoothing" not in summary["settings"]
+    assert "| label smoothing ε_ls (§5.4) | 0.1 |" in render_card(folder).text
+    summary["settings"]["label_smoothing"] = 0.2  # as an earlier run wrote it
+    del summary["settings"]["label_smoothing_factor"]
+    (folder / "run_summary.json").write_text(json.dumps(summary))
+    assert "| label smoothing ε_ls (§5.4) | 0.2 |" in render_card(folder).text
+
+
 def test_missing_facts_are_not_recorded_never_made_up(run, tmp_path, caplog):
     folder = tmp_path / "bare"
     shutil.copytree(run["avg"], folder)

@@ -17,6 +17,7 @@ try:
 except ImportError:  # tests/ is not a package: pytest put it on sys.path
     from tiny_runs import write_inputs
 from training.checkpoints.complete import COMPLETE_MARKER, last_complete_checkpoint
+from training.train import TRAINING_ARGUMENTS, parse_settings, setting_types
 from training.train import main as train_main
 
 REPO = Path(__file__).resolve().parent.parent
@@ -61,7 +62,10 @@ def run_script(argv: list[str], *launcher: str) -> subprocess.CompletedProcess:
     [
         (["--warmup_steps", "0"], "warmup_steps must be a positive integer"),
         (["--max_steps", "-3"], "max_steps must be a positive integer"),
-        (["--label_smoothing", "1.5"], r"label_smoothing must be in \[0, 1\)"),
+        (["--label_smoothing_factor", "1.5"], r"label_smoothing_factor must be in \[0, 1\)"),
+        (["--label_smoothing", "-0.1"], r"label_smoothing_factor must be in \[0, 1\)"),  # the earlier flag
+        (["--save_total_limit", "0"], "save_total_limit must be a positive integer, got 0"),
+        (["--streaming", "--num_workers", "2"], "--dataloader_num_workers must be 0"),
         (["--bf16", "--fp16"], "choose one of --bf16 and --fp16"),
         (["--target_lang", "en"], "source_lang and target_lang are both 'en'"),
         (["--resume"], "no complete checkpoint"),
@@ -71,6 +75,72 @@ def test_contradictory_settings_stop_before_any_work(data, tmp_path, extra, mess
     with pytest.raises(SystemExit, match=message):
         train_main(args(data, tmp_path / "run", "--max_steps", "5", *extra))
     assert not (tmp_path / "run" / "tokenizer").exists()
+
+
+def recipe(tmp_path: Path, **changes: object) -> str:
+    """configuration/recipe_tiny.json with `changes` (None removes a key), written to tmp_path."""
+    settings = {**json.loads((REPO / "configuration" / "recipe_tiny.json").read_text()), **changes}
+    path = tmp_path / f"recipe_{len(list(tmp_path.glob('recipe_*')))}.json"
+    path.write_text(json.dumps({k: v for k, v in settings.items() if v is not None}))
+    return str(path)
+
+
+def test_a_switch_the_recipe_turns_on_is_turned_off_by_false(data, tmp_path):
+    """Before: a flag counted only when not False, so `--bf16 false` could not undo a recipe's `"bf16": true`."""
+    on = recipe(tmp_path, bf16=True)
+    settings = [parse_settings(args(data, tmp_path / "run", "--recipe", on, *extra)) for extra in
+                ([], ["--bf16", "false"], ["--bf16", "0"], ["--bf16"], ["--bf16", "false", "--fp16"])]  # fmt: skip
+    assert [(s["bf16"], s["fp16"]) for s in settings] == [(True, False), (False, False), (False, False),
+                                                         (True, False), (False, True)]  # fmt: skip
+    with pytest.raises(SystemExit, match="choose one of --bf16 and --fp16"):  # the recipe's bf16 is still on
+        parse_settings(args(data, tmp_path / "run", "--recipe", on, "--fp16"))
+    assert parse_settings(args(data, tmp_path / "run", "--no_fused_loss"))["fused_loss"] is False
+    assert parse_settings(args(data, tmp_path / "run", "--fused_loss", "false"))["fused_loss"] is False
+    assert parse_settings(args(data, tmp_path / "run"))["fused_loss"] is True
+
+
+def test_the_recipes_dataloader_workers_hold_unless_the_flag_is_given(data, tmp_path):
+    """Before: --num_workers defaulted to 0 on the command line and so always replaced the recipe's value."""
+    three = recipe(tmp_path, dataloader_num_workers=3)
+    assert parse_settings(args(data, tmp_path / "run", "--recipe", three))["dataloader_num_workers"] == 3
+    for flag in ("--dataloader_num_workers", "--num_workers"):  # today's name and the earlier one
+        assert parse_settings(args(data, tmp_path / "run", "--recipe", three, flag, "1"))["dataloader_num_workers"] == 1
+    assert parse_settings(args(data, tmp_path / "run"))["dataloader_num_workers"] == 0  # no recipe value: 0
+
+
+def test_a_recipe_with_the_earlier_key_names_still_trains_the_same_settings(data, tmp_path):
+    old = recipe(tmp_path, label_smoothing_factor=None, label_smoothing=0.2, num_workers=2, no_fused_loss=True)
+    s = parse_settings(args(data, tmp_path / "run", "--recipe", old))
+    assert (s["label_smoothing_factor"], s["dataloader_num_workers"], s["fused_loss"]) == (0.2, 2, False)
+    assert "label_smoothing" not in s and "num_workers" not in s and "no_fused_loss" not in s
+    both = recipe(tmp_path, label_smoothing=0.2)
+    with pytest.raises(SystemExit, match="label_smoothing and label_smoothing_factor are the same setting"):
+        parse_settings(args(data, tmp_path / "run", "--recipe", both))
+
+
+def test_a_data_source_on_the_command_line_replaces_the_recipes_other_one(data, tmp_path):
+    files = recipe(tmp_path, dataset_name=None, train_file=str(data["train"]), validation_file=str(data["validation"]))
+    hub = parse_settings(["--recipe", files, "--output_dir", str(tmp_path / "run"), "--dataset_name", "default"])
+    assert hub["dataset_name"] == "default" and "train_file" not in hub and "validation_file" not in hub
+    local = parse_settings(args(data, tmp_path / "run"))  # recipe_tiny.json names the default corpus
+    assert "dataset_name" not in local or local["dataset_name"] is None
+    assert local["train_file"] == str(data["train"])
+
+
+def test_the_settings_trainer_reads_have_seq2seq_training_arguments_names():
+    """Every setting handed to Seq2SeqTrainingArguments by name (TRAINING_ARGUMENTS) is one of ours and one of its
+    fields; and each of ours that it has is handed over, except those the run sets itself."""
+    import dataclasses
+
+    from transformers import Seq2SeqTrainingArguments
+
+    theirs = {f.name for f in dataclasses.fields(Seq2SeqTrainingArguments)}
+    ours = set(setting_types())
+    assert set(TRAINING_ARGUMENTS) <= ours & theirs
+    # output_dir: the run folder; use_cpu: after --device; warmup_steps: the §5.3 schedule's (VaswaniTrainer)
+    assert ours & theirs - set(TRAINING_ARGUMENTS) == {"output_dir", "use_cpu", "warmup_steps"}
+    for name in ("label_smoothing", "num_workers", "no_fused_loss"):  # earlier names: aliases only
+        assert name not in ours
 
 
 def test_a_budget_below_the_longest_allowed_sentence_is_refused_before_any_work(data, tmp_path):
@@ -203,6 +273,8 @@ def test_two_processes_match_one_process_over_the_same_global_batch(data, tmp_pa
     for key in a:
         torch.testing.assert_close(a[key], b[key], rtol=0, atol=1e-5, msg=lambda m, key=key: f"{key}: {m}")
     from transformers import AutoModelForSeq2SeqLM
+
+    import modeling_vaswani  # noqa: F401  (registers "vaswani" with the Auto classes when this test runs alone)
 
     batch = {"input_ids": torch.tensor([[5, 17, 42, 9, 2]]), "decoder_input_ids": torch.tensor([[0, 33, 8, 21]])}
     logits = [AutoModelForSeq2SeqLM.from_pretrained(run).eval()(**batch).logits for run in (one, two)]

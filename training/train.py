@@ -21,14 +21,18 @@ training-curve PNG, run_summary.json), reloads it with AutoModelForSeq2SeqLM/Aut
     torchrun --nproc_per_node 2 -m training.train --max_steps 20 --output_dir runs/ddp
 
 A recipe JSON (configuration/recipe_*.json) gives the defaults; every flag below overrides it, and its help shows
-the recipe's value. Everything is checked before the tokenizer trains (settings, recipe, model configuration, data
-files, output folder); a bad input ends with one line `error: ...` and exit status 2 (`--debug`: the traceback),
-and a run that fails before training starts leaves the output folder as it found it. `--resume` takes the newest
-checkpoint whose files are all present and intact (training/checkpoints/complete.py) and moves newer, damaged ones aside.
+the recipe's value. A true/false flag alone means true: `--bf16` switches bf16 on, `--bf16 false` off. Recipe keys
+and flags take Seq2SeqTrainingArguments' names where it has the setting (`label_smoothing_factor`,
+`dataloader_num_workers`); the earlier `label_smoothing` and `num_workers` still work. Everything is checked before
+the tokenizer trains (settings, recipe, model configuration, data files, output folder); a bad input ends with one
+line `error: ...` and exit status 2 (`--debug`: the traceback), and a run that fails before training starts leaves
+the output folder as it found it. `--resume` takes the newest checkpoint whose files are all present and intact
+(training/checkpoints/complete.py) and moves newer, damaged ones aside.
 """
 
 # Only the standard library and our light modules at import time: the arguments are parsed (and `--help` answered)
-# before torch, transformers and datasets load, which takes seconds (tests/test_cli_errors.py).
+# before torch, datasets and accelerate load, which takes seconds; transformers loads for HfArgumentParser alone
+# (tests/test_cli_errors.py).
 import argparse
 import json
 import os
@@ -36,19 +40,145 @@ import re
 import shutil
 import sys
 import time
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, get_type_hints
 
 from training.checkpoints.complete import Problems, describe_all, find_resumable, move_aside
 from training.common.errors import add_debug_flag, problems_message, run_command
 from training.common.files import follow_umask, project_file
 
 DEFAULT_RECIPE = "configuration/recipe_tiny.json"
-# recipe keys that are not flags (Adam's β are the paper's in every recipe)
-RECIPE_ONLY_KEYS = ("adam_beta1", "adam_beta2")
 DEVICE_RE = re.compile(r"^(cpu|cuda|cuda:\d+)$")
 USER_TENSORBOARD_DIR = os.environ.get("TENSORBOARD_LOGGING_DIR")
+# the settings handed to Seq2SeqTrainingArguments under their own names (build_trainer)
+TRAINING_ARGUMENTS = ("max_steps", "gradient_accumulation_steps", "adam_beta1", "adam_beta2", "adam_epsilon",
+                      "label_smoothing_factor", "max_grad_norm", "bf16", "fp16", "seed", "logging_steps",
+                      "eval_steps", "save_steps", "save_total_limit", "dataloader_num_workers")  # fmt: skip
 EXAMPLES = {"en": ["I bought forty-five books on Monday.", "on March 5, 2021", "three hundred forty-two apples"]}
+
+
+def arg(help: str, default: Any = None, *aliases: str) -> Any:
+    """A dataclass field as HfArgumentParser reads it: its help, default and other flag names."""
+    return field(default=default, metadata={"help": help, **({"aliases": list(aliases)} if aliases else {})})
+
+
+# The settings of a run, one flag each (HfArgumentParser), and the keys of a recipe JSON. A name that
+# Seq2SeqTrainingArguments has means the same there and is handed to it under that name
+# (training/trainer/build.py, TRAINING_ARGUMENTS; tests/test_train_script.py checks the names). A field's default
+# here applies when the recipe does not set it; None means "not set" (the library's default).
+@dataclass
+class RunArguments:
+    output_dir: str = field(metadata={"help": "run folder: checkpoints, logs, and at the end the model folder"})
+    recipe: str = arg("training recipe JSON whose values are the defaults of all flags", DEFAULT_RECIPE)
+    model_config: str | None = arg("model configuration JSON (configuration/base.json, big.json, tiny.json...)")
+    overwrite_output_dir: bool = arg("delete an existing, non-empty output_dir first", False)
+    resume: bool = arg("continue from the newest complete checkpoint in output_dir", False)
+
+
+@dataclass
+class DataArguments:
+    _argument_group_name = "data"
+    dataset_name: str | None = arg('"default" (the offline corpus) or a Hub translation dataset, e.g. wmt14')
+    dataset_config: str | None = arg("the Hub dataset's configuration, e.g. de-en")
+    train_file: str | None = arg("local training data: .jsonl, .tsv, or a Moses prefix (path/train)")
+    validation_file: str | None = arg("local validation data, same formats")
+    test_file: str | None = arg("local test data, same formats")
+    source_lang: str = arg("source language key", "en")
+    target_lang: str = arg("target language key", "de")
+    vocab_size: int | None = arg("size of the shared BPE vocabulary to train (§5.1: 37,000)")
+    max_length: int | None = arg("pairs with more tokens on either side are dropped (counted)")
+    max_train_samples: int | None = arg("train on the first N training pairs only")
+    max_eval_samples: int | None = arg("validate on the first N validation pairs only")
+    num_proc: int | None = arg(
+        "processes that tokenize (datasets.map); default: one per available core from 50,000 pairs on, else 1"
+    )
+    streaming: bool = arg(
+        "read the training data as a stream (datasets.IterableDataset), tokenized on the fly in chunks: for "
+        "corpora larger than RAM or disk cache (training/data/streaming.py)",
+        False,
+    )
+    stream_chunk_pairs: int | None = arg("--streaming: pairs per length-sorted chunk (default 100,000)")
+    bpe_max_pairs: int | None = arg(
+        "the shared BPE learns from a random sample of this many training pairs when there are more "
+        "(default 1,000,000; logged and recorded in run_summary.json)"
+    )
+
+
+@dataclass
+class OptimisationArguments:
+    _argument_group_name = "optimisation (§5.2, §5.3)"
+    max_steps: int | None = arg("optimizer steps (paper: 100,000)")
+    max_tokens_per_step: int | None = arg("source (and target) tokens per optimizer step, all devices")
+    gradient_accumulation_steps: int = arg("micro-batches per optimizer step", 1)
+    warmup_steps: int | None = arg("warmup_steps of the schedule (paper: 4,000)")
+    lr_scale: float = arg("multiplier on d_model^-0.5·min(step^-0.5, step·warmup^-1.5)", 1.0)
+    adam_beta1: float = arg("Adam's β1 (paper: 0.9)", 0.9)
+    adam_beta2: float = arg("Adam's β2 (paper: 0.98)", 0.98)
+    adam_epsilon: float = arg("Adam's ε (paper: 1e-9)", 1e-9)
+    label_smoothing_factor: float = arg("ε_ls (paper: 0.1)", 0.1, "--label_smoothing")
+    max_grad_norm: float = arg("gradient clipping; 0 disables it (the paper does not clip)", 0.0)
+    bf16: bool = arg("bfloat16 mixed precision", False)
+    fp16: bool = arg("float16 mixed precision with loss scaling", False)
+    seed: int = arg("seed for weights, dropout and batch order", 0)
+    device: str | None = arg(
+        "cpu, cuda or cuda:N (default: cuda if a GPU is visible, else cpu); under a launcher each process takes "
+        "its own GPU"
+    )
+    use_cpu: bool = arg("the same as --device cpu", False)
+    fused_loss: bool = arg(
+        "the chunked fused training loss, without whole (tokens × vocab) logits (config.fused_loss); "
+        "--no_fused_loss (or --fused_loss false) computes the logits whole",
+        True,
+    )
+
+
+@dataclass
+class LoggingArguments:
+    _argument_group_name = "logging and checkpoints"
+    logging_steps: int = arg("log loss, NLL and learning rate every N steps", 50)
+    eval_steps: int | None = arg("validate (loss and BLEU with the paper's decoding) every N steps")
+    save_steps: int = arg("checkpoint every N steps", 500)
+    save_total_limit: int = arg("keep the last N checkpoints (paper averages 5)", 5)
+    dataloader_num_workers: int = arg("data loader worker processes", 0, "--num_workers")
+
+
+ARGUMENT_CLASSES = (RunArguments, DataArguments, OptimisationArguments, LoggingArguments)
+# recipe keys of earlier versions, read under today's names (their flags stay as aliases, above)
+RENAMED_KEYS = {"label_smoothing": "label_smoothing_factor", "num_workers": "dataloader_num_workers"}
+NEGATED_KEYS = {"no_fused_loss": "fused_loss"}  # the flag's earlier form, `true` meaning fused_loss false
+POSITIVE_INTEGERS = ("vocab_size", "max_length", "max_train_samples", "max_eval_samples", "num_proc",
+                     "stream_chunk_pairs", "bpe_max_pairs", "max_steps", "max_tokens_per_step",
+                     "gradient_accumulation_steps", "warmup_steps", "logging_steps", "eval_steps", "save_steps",
+                     "save_total_limit")  # fmt: skip
+REQUIRED = ("max_steps", "max_tokens_per_step", "warmup_steps", "max_length", "vocab_size")  # recipe or flag
+DATA_SOURCE = {"dataset_name": ("dataset_name", "dataset_config"),
+               "train_file": ("train_file", "validation_file", "test_file")}  # fmt: skip
+
+
+def setting_types() -> dict[str, type]:
+    """Each setting's type (int, float, bool or str), in the order of --help."""
+    types = {}
+    for cls in ARGUMENT_CLASSES:
+        hints = get_type_hints(cls)
+        for f in fields(cls):
+            types[f.name] = next(t for t in getattr(hints[f.name], "__args__", (hints[f.name],)) if t is not type(None))
+    return types
+
+
+def type_problems(settings: dict[str, Any]) -> list[str]:
+    """Settings of the wrong JSON type (a command-line value was converted by the parser already)."""
+    kinds = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}
+    problems = []
+    for name, kind in setting_types().items():
+        value = settings.get(name)
+        if value is None:
+            continue
+        ok = isinstance(value, int | float if kind is float else kind)
+        if not ok or (kind is not bool and isinstance(value, bool)):
+            what = "a positive integer" if name in POSITIVE_INTEGERS else kinds[kind]
+            problems.append(f"{name} must be {what}, got {value!r}")
+    return problems
 
 
 def read_recipe(path: str | os.PathLike) -> dict[str, Any]:
@@ -65,138 +195,88 @@ def read_recipe(path: str | os.PathLike) -> dict[str, Any]:
     return {k: v for k, v in recipe.items() if not k.startswith("_")}
 
 
+def recipe_defaults(path: str | os.PathLike) -> dict[str, Any]:
+    """The recipe's settings under today's names (RENAMED_KEYS, NEGATED_KEYS), each known and of its type;
+    SystemExit naming the file and the keys otherwise (tests/test_cli_errors.py)."""
+    recipe, settings = read_recipe(path), {}
+    unknown = [k for k in recipe if RENAMED_KEYS.get(k, k) not in setting_types() and k not in NEGATED_KEYS]
+    if unknown:
+        raise SystemExit(f"--recipe {path}: unknown setting(s) {unknown} (every flag of --help can be set)")
+    for key, value in recipe.items():
+        name = RENAMED_KEYS.get(key) or NEGATED_KEYS.get(key) or key
+        if name in settings:
+            raise SystemExit(f"--recipe {path}: {key} and {name} are the same setting; keep {name}")
+        settings[name] = (not value if isinstance(value, bool) else value) if key in NEGATED_KEYS else value
+    problems = type_problems(settings)
+    if problems:
+        raise SystemExit(problems_message(f"--recipe {path}: bad settings", problems))
+    return settings
+
+
 def _shown(value: Any) -> str:
     text = f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else str(value)
     return text.replace("%", "%%")  # argparse formats help strings with %
 
 
-def build_parser(recipe: str | os.PathLike = DEFAULT_RECIPE) -> argparse.ArgumentParser:
-    """The command line; each flag's help ends with the value `recipe` gives it (the default of this run)."""
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def build_parser(recipe: str | os.PathLike = DEFAULT_RECIPE, defaults: dict[str, Any] | None = None):
+    """The command line (HfArgumentParser over ARGUMENT_CLASSES) with the recipe's values as its defaults; each
+    flag's help ends with its default and, if the recipe gives it, the recipe's name. A true/false flag alone means
+    true, and `--bf16 false` switches off what a recipe switched on."""
+    from transformers import HfArgumentParser  # loads neither torch nor datasets (tests/test_cli_errors.py)
+
+    if defaults is None:
+        try:
+            defaults = recipe_defaults(recipe)
+        except SystemExit:  # reported by parse_settings; --help still works
+            defaults = {}
+    parser = HfArgumentParser(
+        ARGUMENT_CLASSES, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False
+    )
+    add_debug_flag(parser)
+    parser.set_defaults(**defaults)
+    for action in parser._actions:
+        if action.option_strings[0] == f"--no_{action.dest}":  # HfArgumentParser's complement of a true default:
+            action.help = argparse.SUPPRESS  # named in the flag's own help
+        elif action.dest in defaults:
+            action.help += f" [default: {_shown(defaults[action.dest])}, from {Path(recipe).name}]"
+        elif not any(action.default is no_default for no_default in (None, False, argparse.SUPPRESS)):
+            action.help += f" [default: {_shown(action.default)}]"
+    return parser
+
+
+def parse_settings(argv: list[str] | None = None) -> dict[str, Any]:
+    """The run's settings: the recipe's values, overridden by the flags given, then checked (check_settings).
+
+    A data source on the command line replaces the recipe's other one: `--train_file` drops the recipe's
+    dataset_name and dataset_config, `--dataset_name` its files (tests/test_train_script.py)."""
+    first = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    first.add_argument("--recipe", default=DEFAULT_RECIPE)
+    for flag in DATA_SOURCE:
+        first.add_argument(f"--{flag}", f"--{flag.replace('_', '-')}")
+    given = first.parse_known_args(argv)[0]
     try:
-        defaults = read_recipe(recipe)
-    except SystemExit:  # reported by resolve_settings; --help still works
-        defaults = {}
-
-    def adder(group):
-        def add(*flags: str, **kwargs: Any):
-            dest = flags[0].lstrip("-")
-            if dest in defaults and kwargs.get("help"):
-                kwargs["help"] += f" [default: {_shown(defaults[dest])}, from {Path(recipe).name}]"
-            return group.add_argument(*flags, **kwargs)
-
-        return add
-
-    a = adder(p)
-    a("--recipe", default=DEFAULT_RECIPE, help="training recipe JSON whose values are the defaults of all flags")
-    a("--model_config", help="model configuration JSON (configuration/base.json, big.json, tiny.json...)")
-    a("--output_dir", required=True, help="run folder: checkpoints, logs, and at the end the model folder")
-    a("--overwrite_output_dir", action="store_true", help="delete an existing, non-empty output_dir first")
-    a("--resume", action="store_true", help="continue from the newest complete checkpoint in output_dir")
-    g = adder(p.add_argument_group("data"))
-    g("--dataset_name", help='"default" (the offline corpus) or a Hub translation dataset, e.g. wmt14')
-    g("--dataset_config", help="the Hub dataset's configuration, e.g. de-en")
-    g("--train_file", help="local training data: .jsonl, .tsv, or a Moses prefix (path/train)")
-    g("--validation_file", help="local validation data, same formats")
-    g("--test_file", help="local test data, same formats")
-    g("--source_lang", help="source language key, e.g. en")
-    g("--target_lang", help="target language key, e.g. de")
-    g("--vocab_size", type=int, help="size of the shared BPE vocabulary to train (§5.1: 37,000)")
-    g("--max_length", type=int, help="pairs with more tokens on either side are dropped (counted)")
-    g("--max_train_samples", type=int, help="train on the first N training pairs only")
-    g("--max_eval_samples", type=int, help="validate on the first N validation pairs only")
-    g(
-        "--num_proc",
-        type=int,
-        help="processes that tokenize (datasets.map); default: one per available core from 50,000 pairs on, else 1",
-    )
-    g(
-        "--streaming",
-        action="store_true",
-        help="read the training data as a stream (datasets.IterableDataset), tokenized on the fly in chunks: for "
-        "corpora larger than RAM or disk cache (training/data/streaming.py)",
-    )
-    g("--stream_chunk_pairs", type=int, help="--streaming: pairs per length-sorted chunk (default 100,000)")
-    g(
-        "--bpe_max_pairs",
-        type=int,
-        help="the shared BPE learns from a random sample of this many training pairs when there are more "
-        "(default 1,000,000; logged and recorded in run_summary.json)",
-    )
-    t = adder(p.add_argument_group("optimisation (§5.2, §5.3)"))
-    t("--max_steps", type=int, help="optimizer steps (paper: 100,000)")
-    t("--max_tokens_per_step", type=int, help="source (and target) tokens per optimizer step, all devices")
-    t("--gradient_accumulation_steps", type=int, help="micro-batches per optimizer step")
-    t("--warmup_steps", type=int, help="warmup_steps of the schedule (paper: 4,000)")
-    t("--lr_scale", type=float, help="multiplier on d_model^-0.5·min(step^-0.5, step·warmup^-1.5)")
-    t("--adam_epsilon", type=float, help="Adam's ε (paper: 1e-9)")
-    t("--label_smoothing", type=float, help="ε_ls (paper: 0.1), Trainer's label_smoothing_factor")
-    t("--max_grad_norm", type=float, help="gradient clipping; 0 disables it (the paper does not clip)")
-    t("--bf16", action="store_true", help="bfloat16 mixed precision")
-    t("--fp16", action="store_true", help="float16 mixed precision with loss scaling")
-    t("--seed", type=int, help="seed for weights, dropout and batch order")
-    t(
-        "--device",
-        help="cpu, cuda or cuda:N (default: cuda if a GPU is visible, else cpu); under a launcher each "
-        "process takes its own GPU",
-    )
-    t("--use_cpu", action="store_true", help="the same as --device cpu")
-    t(
-        "--no_fused_loss",
-        action="store_true",
-        help="compute the training logits whole (default: the chunked fused loss, config.fused_loss = true)",
-    )
-    o = adder(p.add_argument_group("logging and checkpoints"))
-    o("--logging_steps", type=int, help="log loss, NLL and learning rate every N steps")
-    o("--eval_steps", type=int, help="validate (loss and BLEU with the paper's decoding) every N steps")
-    o("--save_steps", type=int, help="checkpoint every N steps")
-    o("--save_total_limit", type=int, help="keep the last N checkpoints (paper averages 5)")
-    o("--num_workers", type=int, default=0, help="data loader worker processes")
-    add_debug_flag(p)
-    return p
+        defaults, recipe_error = recipe_defaults(given.recipe), None
+    except SystemExit as e:  # after --help and the command line's own errors
+        defaults, recipe_error = {}, e
+    for flag, other in (("train_file", "dataset_name"), ("dataset_name", "train_file")):
+        if getattr(given, flag) is not None and getattr(given, other) is None:
+            for key in DATA_SOURCE[other]:
+                defaults.pop(key, None)
+    parser = build_parser(given.recipe, defaults)
+    *groups, _, rest = parser.parse_args_into_dataclasses(argv, return_remaining_strings=True, look_for_args_file=False)
+    if rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    if recipe_error is not None:
+        raise recipe_error
+    return check_settings({k: v for group in groups for k, v in asdict(group).items() if v is not None})
 
 
-def resolve_settings(args: argparse.Namespace) -> dict[str, Any]:
-    """Recipe values, overridden by flags; then checked for contradictions before any work starts: the recipe's
-    keys and types, the numbers, the device and the model configuration (tests/test_train_script.py)."""
-    s = read_recipe(args.recipe)
-    known = set(vars(args)) | set(RECIPE_ONLY_KEYS)
-    unknown = sorted(set(s) - known)
-    if unknown:
-        raise SystemExit(f"--recipe {args.recipe}: unknown setting(s) {unknown} (every flag of --help can be set)")
-    flags = {k: v for k, v in vars(args).items() if v is not None and v is not False}
-    if "train_file" in flags and "dataset_name" not in flags:  # local files on the command line replace
-        s.pop("dataset_name", None)  # the recipe's dataset, and the other way round
-        s.pop("dataset_config", None)
-    if "dataset_name" in flags and "train_file" not in flags:
-        for key in ("train_file", "validation_file", "test_file"):
-            s.pop(key, None)
-    s.update(flags)
+def check_settings(s: dict[str, Any]) -> dict[str, Any]:
+    """Contradictions and bad numbers, found before any work starts: the numbers, the device and the model
+    configuration (tests/test_train_script.py, tests/test_cli_errors.py)."""
     s.setdefault("dataset_name", None if s.get("train_file") else "default")
-    s.setdefault("source_lang", "en")
-    s.setdefault("target_lang", "de")
-    s.setdefault("gradient_accumulation_steps", 1)
-    s.setdefault("seed", 0)
-    s.setdefault("label_smoothing", 0.1)  # ε_ls (§5.4), recorded in run_summary.json and the model card
-    problems = []
-    for key in ("max_steps", "max_tokens_per_step", "warmup_steps", "max_length", "vocab_size"):
-        if not isinstance(s.get(key), int) or isinstance(s[key], bool) or s[key] <= 0:
-            problems.append(f"{key} must be a positive integer, got {s.get(key)!r}")
-    for key in (
-        "gradient_accumulation_steps",
-        "logging_steps",
-        "eval_steps",
-        "save_steps",
-        "save_total_limit",
-        "num_proc",
-        "bpe_max_pairs",
-        "stream_chunk_pairs",
-    ):
-        if key in s and (not isinstance(s[key], int) or isinstance(s[key], bool) or s[key] <= 0):
-            problems.append(f"{key} must be a positive integer, got {s[key]!r}")
-    for key in ("lr_scale", "adam_epsilon", "adam_beta1", "adam_beta2", "max_grad_norm", "label_smoothing"):
-        if key in s and (not isinstance(s[key], int | float) or isinstance(s[key], bool)):
-            problems.append(f"{key} must be a number, got {s[key]!r}")
+    problems = [f"{k} must be a positive integer, got {s.get(k)!r}" for k in POSITIVE_INTEGERS
+                if (k in REQUIRED and s.get(k) is None) or s.get(k, 1) <= 0]  # fmt: skip
     if problems:  # the checks below compare numbers
         raise SystemExit(problems_message("bad settings", problems))
     world = int(os.environ.get("WORLD_SIZE", "1"))
@@ -207,8 +287,8 @@ def resolve_settings(args: argparse.Namespace) -> dict[str, Any]:
             f"{s['gradient_accumulation_steps']} accumulation step(s) gives {per_micro_step} tokens per micro-batch, "
             f"less than max_length {s['max_length']}: a sentence that long would not fit"
         )
-    if not 0 <= s["label_smoothing"] < 1:
-        problems.append(f"label_smoothing must be in [0, 1), got {s['label_smoothing']}")
+    if not 0 <= s["label_smoothing_factor"] < 1:
+        problems.append(f"label_smoothing_factor must be in [0, 1), got {s['label_smoothing_factor']}")
     if s.get("bf16") and s.get("fp16"):
         problems.append("choose one of --bf16 and --fp16")
     if s.get("source_lang") == s.get("target_lang"):
@@ -218,8 +298,8 @@ def resolve_settings(args: argparse.Namespace) -> dict[str, Any]:
     if s.get("streaming"):
         if s.get("dataset_name") == "default":
             problems.append("--streaming reads files or a Hub dataset; the default corpus is generated in memory")
-        if s.get("num_workers"):
-            problems.append("--streaming tokenizes in the training process: --num_workers must be 0")
+        if s["dataloader_num_workers"]:
+            problems.append("--streaming tokenizes in the training process: --dataloader_num_workers must be 0")
         if s.get("max_train_samples"):
             problems.append("--max_train_samples needs the map-style path (a stream has no first N to select)")
     if s.get("use_cpu"):
@@ -244,13 +324,13 @@ def resolve_settings(args: argparse.Namespace) -> dict[str, Any]:
 def model_config_problems(path: Path) -> list[str]:
     """Whether `path` holds a model configuration this package can build (types, sizes, d_model % h, ...)."""
     try:
-        fields = json.loads(path.read_text(encoding="utf-8"))
+        config = json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         return [f"model_config {path}: not valid JSON ({e})"]
-    if not isinstance(fields, dict):
-        return [f"model_config {path}: expected a JSON object, got {type(fields).__name__}"]
-    if fields.get("model_type", "vaswani") != "vaswani":
-        return [f"model_config {path}: model_type is {fields['model_type']!r}, not 'vaswani'"]
+    if not isinstance(config, dict):
+        return [f"model_config {path}: expected a JSON object, got {type(config).__name__}"]
+    if config.get("model_type", "vaswani") != "vaswani":
+        return [f"model_config {path}: model_type is {config['model_type']!r}, not 'vaswani'"]
     from modeling_vaswani import VaswaniConfig
 
     try:
@@ -474,7 +554,7 @@ def build_trainer(s: dict[str, Any], state, raw, out: Path, use_cpu: bool, check
 
     config = modeling_vaswani.VaswaniConfig.from_json_file(s["model_config"])
     config.vocab_size = len(tokenizer)
-    config.fused_loss = not s.get("no_fused_loss")  # training loss without whole (tokens × vocab) logits
+    config.fused_loss = s["fused_loss"]  # training loss without whole (tokens × vocab) logits
     special = {
         "pad": (config.pad_token_id, tokenizer.pad_token_id),
         "bos": (config.bos_token_id, tokenizer.bos_token_id),
@@ -488,31 +568,17 @@ def build_trainer(s: dict[str, Any], state, raw, out: Path, use_cpu: bool, check
     # transformers 5 takes TensorBoard's folder from the environment; a user's own setting wins
     os.environ["TENSORBOARD_LOGGING_DIR"] = USER_TENSORBOARD_DIR or str(out / "tensorboard")
     training_args = Seq2SeqTrainingArguments(
+        **{name: s.get(name) for name in TRAINING_ARGUMENTS},  # ε_ls among them: the model's own loss stays plain CE
         output_dir=str(out),
-        max_steps=s["max_steps"],
         per_device_train_batch_size=1,  # unused: batches are token budgets (training/trainer/batching.py)
         per_device_eval_batch_size=32,  # predict() and evaluation under DDP use fixed-size batches
-        gradient_accumulation_steps=s["gradient_accumulation_steps"],
-        learning_rate=s.get("lr_scale", 1.0),
-        adam_beta1=s.get("adam_beta1", 0.9),
-        adam_beta2=s.get("adam_beta2", 0.98),
-        adam_epsilon=s.get("adam_epsilon", 1e-9),
+        learning_rate=s["lr_scale"],  # the §5.3 schedule's multiplier (training/trainer/schedule.py)
         weight_decay=0.0,
-        max_grad_norm=s.get("max_grad_norm", 0.0),
-        label_smoothing_factor=s["label_smoothing"],  # ε_ls (§5.4); the model's own loss stays plain CE
-        bf16=bool(s.get("bf16")),
-        fp16=bool(s.get("fp16")),
-        logging_steps=s.get("logging_steps", 50),
         eval_strategy="steps" if "validation" in data else "no",
-        eval_steps=s.get("eval_steps"),
         save_strategy="steps",
-        save_steps=s.get("save_steps", 500),
-        save_total_limit=s.get("save_total_limit", 5),
         predict_with_generate=True,
         report_to=["tensorboard"],
-        seed=s["seed"],
         data_seed=s["seed"],
-        dataloader_num_workers=s.get("num_workers", 0),
         remove_unused_columns=False,
         ignore_data_skip=stream is not None,  # a stream resumes at its saved position (training/data/streaming.py)
         disable_tqdm=False,
@@ -549,10 +615,7 @@ def build_trainer(s: dict[str, Any], state, raw, out: Path, use_cpu: bool, check
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    recipe = argparse.ArgumentParser(add_help=False)
-    recipe.add_argument("--recipe", default=DEFAULT_RECIPE)
-    args = build_parser(recipe.parse_known_args(argv)[0].recipe).parse_args(argv)
-    s = resolve_settings(args)
+    s = parse_settings(argv)
     use_cpu = select_device(s)
     checkpoint, rejected = check_output_dir(s)
     from accelerate import PartialState

@@ -456,6 +456,9 @@ def card_values(
     example = example_source or EXAMPLE_SOURCES.get(source or "", None)
     adam = [facts.setting(k) for k in ("adam_beta1", "adam_beta2", "adam_epsilon")]
     max_train = facts.setting("max_train_samples")
+    label_smoothing = facts.setting("label_smoothing_factor")  # the recipe's ε_ls; config.json's is the loss's
+    if label_smoothing is None:  # the key's name in run summaries written before it took Trainer's name
+        label_smoothing = facts.setting("label_smoothing")
     return {
         "model_name": model_name,
         "repo_id": repo_id or "path/to/this/model",
@@ -490,7 +493,7 @@ def card_values(
         "adam": " / ".join(fmt(v) for v in adam),
         "warmup_steps": fmt(facts.setting("warmup_steps")),
         "lr_scale": fmt(facts.setting("lr_scale")),
-        "label_smoothing": fmt(facts.setting("label_smoothing")),  # the recipe's ε_ls; config.json's is the loss's
+        "label_smoothing": fmt(label_smoothing),
         "max_grad_norm": fmt(facts.setting("max_grad_norm")),
         "precision": precision,
         "devices": fmt(summary.get("devices")),
