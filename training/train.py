@@ -45,7 +45,9 @@ from pathlib import Path
 from typing import Any, get_type_hints
 
 from training.checkpoints.complete import Problems, describe_all, find_resumable, move_aside
-from training.common.errors import add_debug_flag, problems_message, run_command
+from training.common.arguments import command_parser, parse_command
+from training.common.checks import language_problem, positive_integer_problem
+from training.common.errors import problems_message, run_command
 from training.common.files import follow_umask, project_file
 
 DEFAULT_RECIPE = "configuration/recipe_tiny.json"
@@ -174,10 +176,9 @@ def type_problems(settings: dict[str, Any]) -> list[str]:
         value = settings.get(name)
         if value is None:
             continue
-        ok = isinstance(value, int | float if kind is float else kind)
-        if not ok or (kind is not bool and isinstance(value, bool)):
-            what = "a positive integer" if name in POSITIVE_INTEGERS else kinds[kind]
-            problems.append(f"{name} must be {what}, got {value!r}")
+        if isinstance(value, bool) != (kind is bool) or not isinstance(value, int | float if kind is float else kind):
+            wrong = f"{name} must be {kinds[kind]}, got {value!r}"
+            problems.append(positive_integer_problem(name, value) if name in POSITIVE_INTEGERS else wrong)
     return problems
 
 
@@ -222,17 +223,13 @@ def build_parser(recipe: str | os.PathLike = DEFAULT_RECIPE, defaults: dict[str,
     """The command line (HfArgumentParser over ARGUMENT_CLASSES) with the recipe's values as its defaults; each
     flag's help ends with its default and, if the recipe gives it, the recipe's name. A true/false flag alone means
     true, and `--bf16 false` switches off what a recipe switched on."""
-    from transformers import HfArgumentParser  # loads neither torch nor datasets (tests/test_cli_errors.py)
-
     if defaults is None:
         try:
             defaults = recipe_defaults(recipe)
         except SystemExit:  # reported by parse_settings; --help still works
             defaults = {}
-    parser = HfArgumentParser(
-        ARGUMENT_CLASSES, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False
-    )
-    add_debug_flag(parser)
+    parser = command_parser("python -m training.train", __doc__, ARGUMENT_CLASSES)
+    parser.allow_abbrev = False  # `--rec` must not pass for --recipe here and for nothing in parse_settings' first look
     parser.set_defaults(**defaults)
     for action in parser._actions:
         if action.option_strings[0] == f"--no_{action.dest}":  # HfArgumentParser's complement of a true default:
@@ -263,9 +260,7 @@ def parse_settings(argv: list[str] | None = None) -> dict[str, Any]:
             for key in DATA_SOURCE[other]:
                 defaults.pop(key, None)
     parser = build_parser(given.recipe, defaults)
-    *groups, _, rest = parser.parse_args_into_dataclasses(argv, return_remaining_strings=True, look_for_args_file=False)
-    if rest:
-        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    *groups, _ = parse_command(parser, argv)
     if recipe_error is not None:
         raise recipe_error
     return check_settings({k: v for group in groups for k, v in asdict(group).items() if v is not None})
@@ -275,8 +270,8 @@ def check_settings(s: dict[str, Any]) -> dict[str, Any]:
     """Contradictions and bad numbers, found before any work starts: the numbers, the device and the model
     configuration (tests/test_train_script.py, tests/test_cli_errors.py)."""
     s.setdefault("dataset_name", None if s.get("train_file") else "default")
-    problems = [f"{k} must be a positive integer, got {s.get(k)!r}" for k in POSITIVE_INTEGERS
-                if (k in REQUIRED and s.get(k) is None) or s.get(k, 1) <= 0]  # fmt: skip
+    problems = [p for k in POSITIVE_INTEGERS if (k in REQUIRED or s.get(k) is not None)
+                and (p := positive_integer_problem(k, s.get(k)))]  # fmt: skip
     if problems:  # the checks below compare numbers
         raise SystemExit(problems_message("bad settings", problems))
     world = int(os.environ.get("WORLD_SIZE", "1"))
@@ -291,8 +286,8 @@ def check_settings(s: dict[str, Any]) -> dict[str, Any]:
         problems.append(f"label_smoothing_factor must be in [0, 1), got {s['label_smoothing_factor']}")
     if s.get("bf16") and s.get("fp16"):
         problems.append("choose one of --bf16 and --fp16")
-    if s.get("source_lang") == s.get("target_lang"):
-        problems.append(f"source_lang and target_lang are both {s['source_lang']!r}")
+    if problem := language_problem(s["source_lang"], s["target_lang"], prefix=""):
+        problems.append(problem)
     if s.get("dataset_name") and s.get("train_file"):
         problems.append("give either --dataset_name or --train_file, not both")
     if s.get("streaming"):
