@@ -32,7 +32,7 @@ from safetensors import safe_open
 
 from training.common.files import project_file
 
-TEMPLATE = project_file("model_card.md", given_first=False)  # the checkout's or the installed copy, never the working folder's
+TEMPLATE = project_file("model_card.md", given_first=False)  # the checkout's or the installed copy
 NOT_RECORDED = "not recorded"
 LICENSE = "apache-2.0"
 TAGS = ["translation", "transformer", "vaswani2017", "custom_code"]
