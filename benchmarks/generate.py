@@ -50,7 +50,7 @@ from benchmarks.common import (
 )
 from benchmarks.twins import ctranslate2_translator, id_tokens, marian_twin, token_ids
 from modeling_vaswani import VaswaniConfig, VaswaniForConditionalGeneration
-from modeling_vaswani.modeling_vaswani import cpu_kernel_table
+from modeling_vaswani.kernels_vaswani import cpu_kernel_table
 from training.common.runtime import keep_freed_memory_for_reuse
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configuration"

@@ -90,7 +90,7 @@ from benchmarks.common import (
 )
 from benchmarks.twins import marian_twin, model_flops_per_token
 from modeling_vaswani import VaswaniConfig, VaswaniForConditionalGeneration
-from modeling_vaswani.modeling_vaswani import cpu_kernel_table
+from modeling_vaswani.kernels_vaswani import cpu_kernel_table
 from training.common.runtime import keep_freed_memory_for_reuse
 
 ROOT = Path(__file__).resolve().parents[1]

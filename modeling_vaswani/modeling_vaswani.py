@@ -11,21 +11,20 @@ the GNMT length penalty lp(Y) = ((5 + |Y|) / 6)^α with α = 0.6, and at most |s
 sentence. transformers' own rule (score / |Y|^α) stays available with `length_penalty_rule="transformers"`. A model
 built from a config alone starts, like every transformers model, from transformers' default generation config.
 
-This file travels to the Hub as remote code with `configuration_vaswani.py` and `generation_vaswani.py`, which it
-imports relatively (transformers' remote-code loader copies and loads relative imports along).
+The rest of the package sits in sibling files this one imports relatively, so that they travel with it to the Hub
+as remote code (`save_pretrained` copies the relative imports, transitively; `modeling_vaswani.code_files()` lists
+them): `configuration_vaswani.py` (the config), `kernels_vaswani.py` (the fast CPU kernels behind the linear layers),
+`loss_vaswani.py` (§5.4's loss), `generation_vaswani.py` (§6.1's decoding), `pipeline_vaswani.py` (translation).
 """
 
 import math
-import os
-import time
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers import GenerationConfig, GenerationMixin, Pipeline, PreTrainedModel
+from transformers import GenerationConfig, GenerationMixin, PreTrainedModel
 from transformers import initialization as init
 from transformers.activations import ACT2FN
 from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
@@ -45,7 +44,10 @@ from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .configuration_vaswani import VaswaniConfig
-from .generation_vaswani import SourceLengthCriteria, decode, gnmt_length_penalty, uses_decode
+from .generation_vaswani import SourceLengthCriteria, decode, uses_decode
+from .kernels_vaswani import VaswaniLinear, set_cpu_kernel
+from .loss_vaswani import fused_label_smoothed_nll_loss, label_smoothed_nll_loss
+from .pipeline_vaswani import TRANSLATION_PIPELINE, VaswaniTranslationPipeline  # noqa: F401  (old configs' name)
 
 logger = logging.get_logger(__name__)
 
@@ -155,203 +157,6 @@ def eager_attention_forward(
     weights = F.softmax(scores, dim=-1).to(query.dtype)
     weights = F.dropout(weights, p=dropout, training=module.training)
     return torch.matmul(weights, value).transpose(1, 2).contiguous(), weights  # (B, T_q, h, d_v)
-
-
-CPU_KERNELS = ("auto", "onednn", "int8", "aten")
-FP32_CPU_KERNELS = ("onednn", "aten")  # what "auto" chooses between, per shape, by timing both on this CPU
-
-
-def cpu_isa() -> str:
-    """The instruction set CPU kernels may use in this process: torch's ATen capability ("AVX2", "AVX512" ...) and
-    oneDNN's cap where `ONEDNN_MAX_CPU_ISA` sets one (benchmarks' `--isa` sets both to measure another CPU class)."""
-    capability = torch.backends.cpu.get_cpu_capability()
-    limit = os.environ.get("ONEDNN_MAX_CPU_ISA") or os.environ.get("DNNL_MAX_CPU_ISA")
-    return capability if not limit else f"{capability}, oneDNN ≤ {limit.upper()}"
-
-
-# "auto"'s choices, filled at first use of each shape: (ISA, threads, "inference"/"training", d_in, d_out, bias,
-# rows bucket) → "onednn" or "aten". Per process, so per CPU and per --isa; `cpu_kernel_table()` reads it.
-_KERNEL_TABLE: dict[tuple, str] = {}
-CALIBRATION_REPEATS = 3  # timed calls per candidate (after one untimed), interleaved; the fastest call counts
-
-
-def cpu_kernel_table() -> dict[str, str]:
-    """What "auto" chose so far in this process, readable: {"inference 512→2048, ≤128 rows (AVX2, 2 threads)": ...}."""
-    return {
-        f"{mode} {d_in}→{d_out}, ≤{rows} rows ({isa}, {threads} threads)": kernel
-        for (isa, threads, mode, d_in, d_out, _, rows), kernel in _KERNEL_TABLE.items()
-    }
-
-
-def clear_cpu_kernel_table() -> None:
-    """Forget "auto"'s choices (they are measured again at next use)."""
-    _KERNEL_TABLE.clear()
-
-
-def _rows_bucket(rows: int) -> int:
-    """Calls are calibrated per power of two of their rows (1, 2, 4 ... 4096, then 4096 for all larger)."""
-    return min(1 << max(rows - 1, 0).bit_length(), 4096)
-
-
-class VaswaniLinear(nn.Linear):
-    """nn.Linear (same parameters, same state dict) whose fp32 CPU calls may run a faster kernel.
-
-    Only fp32 CPU calls outside autocast and torch.compile change kernel; accelerators and other dtypes use F.linear.
-    "auto" (default): for each shape, the faster of "onednn" and "aten" on this CPU, measured at first use (a few
-    calls of each on random inputs of that shape) and kept for the process, for inference (and for training when `calibrate_training` is set; else oneDNN)
-    (forward and both backward products): which kernel wins depends on the CPU's instruction set (oneDNN was 1.3–2.1×
-    faster than MKL's sgemm on an AVX-512 EPYC, and slower than it in training on an AVX2 one). "onednn": the same
-    fp32 product through oneDNN, on a weight copy packed in oneDNN's blocked layout (inference) or through
-    `_OneDNNLinear` (training). "int8": dynamic int8 quantization (weights per output channel, activations per call,
-    fbgemm), an approximation and opt-in, inference only. "aten": F.linear. The inference weight copy is rebuilt when
-    the weight's version changes and dropped by `train()`/`eval()` and by any call with autograd on. Weights changed
-    in place by a fused optimizer (no version bump) outside training mode need `train()`, `eval()` or
-    `set_cpu_kernel()` before the next inference.
-    """
-
-    cpu_kernel = "auto" if torch.backends.mkldnn.is_available() else "aten"
-    onednn_min_macs = 2**22  # below ~4M multiply-adds a call, F.linear (a oneDNN call has a fixed cost)
-    onednn_training = True  # oneDNN allowed in training; off for lm_head, whose (tokens × vocab) products MKL wins
-    # Training under "auto" keeps oneDNN unless this is True: a timed choice can differ between two runs of one
-    # command, and with it the rounding, so a training run (and its resume in a new process) would not be
-    # reproducible. Inference timing only moves last bits of one call.
-    calibrate_training = False
-
-    def _fp32_cpu(self, x: torch.Tensor) -> bool:
-        return (
-            not is_torchdynamo_compiling()  # first: compiled code keeps F.linear, and must not trace the rest
-            and self.cpu_kernel != "aten"
-            and x.device.type == "cpu"
-            and x.dtype == torch.float32
-            and self.weight.dtype == torch.float32
-            and not self.weight.is_inference()
-            and not torch.is_autocast_enabled("cpu")  # autocast's bf16 goes through F.linear
-        )
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        kernel = self.cpu_kernel
-        small = x.numel() * self.out_features < self.onednn_min_macs  # multiply-adds of this call
-        rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
-        if torch.is_grad_enabled():
-            if self.__dict__.get("_packed") is not None:
-                self._packed = None  # training again: free the inference copy
-            if self.onednn_training and kernel in ("auto", "onednn") and not small and self._fp32_cpu(x):
-                if kernel == "onednn" or not self.calibrate_training or self._calibrated("training", rows) == "onednn":
-                    out = _OneDNNLinear.apply(x.reshape(-1, x.shape[-1]), self.weight, self.bias)
-                    return out.view(*x.shape[:-1], self.out_features)
-            return F.linear(x, self.weight, self.bias)
-        if (kernel in ("auto", "onednn") and small) or not self._fp32_cpu(x):
-            return F.linear(x, self.weight, self.bias)
-        if kernel == "auto":
-            kernel = self._calibrated("inference", rows)
-            if kernel == "aten":
-                return F.linear(x, self.weight, self.bias)
-        out = self._fast_linear(x.reshape(-1, x.shape[-1]).contiguous(), kernel)  # (B·T, d_out)
-        return out.view(*x.shape[:-1], self.out_features)  # (..., d_out)
-
-    def _fast_linear(self, x2: torch.Tensor, kernel: str) -> torch.Tensor:
-        packed = self._packed_weight(kernel)
-        if kernel == "int8":
-            return torch.ops.quantized.linear_dynamic(x2, packed, True)
-        return torch.ops.mkldnn._linear_pointwise(x2, packed, self.bias, "none", [], "")  # dense in, dense out
-
-    def _calibrated(self, mode: str, rows: int) -> str:
-        bucket = _rows_bucket(rows)
-        key = (cpu_isa(), torch.get_num_threads(), mode, self.in_features, self.out_features, self.bias is not None)
-        key += (bucket,)
-        choice = _KERNEL_TABLE.get(key)
-        if choice is None:
-            choice = _KERNEL_TABLE[key] = self._calibrate(mode, bucket)
-        return choice
-
-    def _calibrate(self, mode: str, rows: int) -> str:
-        """The faster of "onednn" and "aten" for `rows` × d_in inputs: one untimed call of each, then
-        CALIBRATION_REPEATS timed calls of each, interleaved; the fastest single call of each counts."""
-        g = torch.Generator().manual_seed(0)
-        x = torch.randn(rows, self.in_features, generator=g)
-        weight = self.weight.detach()
-        bias = None if self.bias is None else self.bias.detach()
-        if mode == "inference":
-            candidates = {
-                "onednn": lambda: self._fast_linear(x, "onednn"),
-                "aten": lambda: F.linear(x, weight, bias),
-            }
-        else:  # forward and backward on copies: the model's parameters and their .grad are not touched
-            x.requires_grad_()
-            w, b = weight.clone().requires_grad_(), None if bias is None else bias.clone().requires_grad_()
-            grad = torch.randn(rows, self.out_features, generator=g)
-            candidates = {
-                "onednn": lambda: _OneDNNLinear.apply(x, w, b).backward(grad),
-                "aten": lambda: F.linear(x, w, b).backward(grad),
-            }
-        if not torch.backends.mkldnn.is_available():
-            return "aten"
-        best = dict.fromkeys(candidates, math.inf)
-        with torch.set_grad_enabled(mode == "training"):
-            for run in candidates.values():
-                run()
-            for _ in range(CALIBRATION_REPEATS):
-                for name, run in candidates.items():
-                    start = time.perf_counter()
-                    run()
-                    best[name] = min(best[name], time.perf_counter() - start)
-        return min(best, key=best.get)
-
-    def train(self, mode: bool = True) -> "VaswaniLinear":
-        """Entering or leaving training drops the inference copy: a fused optimizer updates weights in place without
-        bumping their version counter, so the version alone cannot tell that the copy is stale."""
-        self._packed = None
-        return super().train(mode)
-
-    def _packed_weight(self, kernel: str):
-        bias = self.bias
-        key = (kernel, self.weight.data_ptr(), self.weight._version, None if bias is None else bias._version)
-        cached = self.__dict__.get("_packed")
-        if cached is not None and cached[0] == key:
-            return cached[1]
-        weight = self.weight.detach()
-        if kernel == "int8":  # symmetric, per output channel: scale_i = max_j |W_ij| / 127
-            scales = weight.abs().amax(dim=1).clamp(min=1e-12).double() / 127.0
-            zeros = torch.zeros(weight.shape[0], dtype=torch.long)
-            with warnings.catch_warnings():  # torch ≥ 2.12 flags quantized tensors as deprecated; fbgemm stays
-                warnings.filterwarnings("ignore", message=".*quantized tensor creation functions.*")
-                qweight = torch.quantize_per_channel(weight, scales, zeros, 0, torch.qint8)
-            packed = torch.ops.quantized.linear_prepack(qweight, None if bias is None else bias.detach())
-        else:
-            packed = torch.ops.mkldnn._reorder_linear_weight(weight)  # oneDNN's blocked layout, packed once
-        self._packed = (key, packed)
-        return packed
-
-
-class _OneDNNLinear(torch.autograd.Function):
-    """y = x Wᵀ + b with all three products of training (y, dL/dx, dL/dW) through oneDNN; fp32 CPU only."""
-
-    @staticmethod
-    def forward(ctx, x, weight, bias):  # (N, d_in), (d_out, d_in), (d_out,)
-        x = x.contiguous()
-        ctx.save_for_backward(x, weight)
-        ctx.has_bias = bias is not None
-        return torch._C._nn.mkldnn_linear(x.to_mkldnn(), weight.detach().to_mkldnn(), bias).to_dense()  # (N, d_out)
-
-    @staticmethod
-    def backward(ctx, grad):  # (N, d_out)
-        x, weight = ctx.saved_tensors
-        grad = grad.contiguous()
-        onednn = torch._C._nn.mkldnn_linear
-        grad_x = onednn(grad.to_mkldnn(), weight.detach().t().contiguous().to_mkldnn(), None).to_dense()  # (N, d_in)
-        grad_w = onednn(grad.t().contiguous().to_mkldnn(), x.t().contiguous().to_mkldnn(), None).to_dense()
-        return grad_x, grad_w, grad.sum(0) if ctx.has_bias else None
-
-
-def check_cpu_kernel(kernel: str) -> str:
-    """The kernel name, if this torch build can run it; else a ValueError that says why."""
-    if kernel not in CPU_KERNELS:
-        raise ValueError(f"cpu_kernel must be one of {CPU_KERNELS}, got {kernel!r}")
-    if kernel == "onednn" and not torch.backends.mkldnn.is_available():
-        raise ValueError("cpu_kernel 'onednn' needs a torch build with oneDNN (torch.backends.mkldnn)")
-    if kernel == "int8" and not {"fbgemm", "x86"} & set(torch.backends.quantized.supported_engines):
-        raise ValueError("cpu_kernel 'int8' needs torch's fbgemm/x86 quantized engine, absent from this build")
-    return kernel
 
 
 class VaswaniScaledEmbedding(nn.Embedding):
@@ -524,12 +329,7 @@ class VaswaniPreTrainedModel(PreTrainedModel):
     def set_cpu_kernel(self, kernel: str) -> "VaswaniPreTrainedModel":
         """The kernel of every linear layer on fp32 CPU: "auto" (default: per shape, the faster of "onednn" and "aten"
         on this CPU, measured at first use), "onednn", "int8" (inference only) or "aten" (F.linear)."""
-        check_cpu_kernel(kernel)
-        for module in self.modules():
-            if isinstance(module, VaswaniLinear):
-                module.cpu_kernel = kernel
-                module._packed = None
-        return self
+        return set_cpu_kernel(self, kernel)
 
     def _init_weights(self, module: nn.Module) -> None:
         """The paper states no initialisation; as fairseq/tensor2tensor: Xavier-uniform, N(0, d_model^-0.5) embeddings."""
@@ -882,154 +682,10 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
         return output
 
 
-def label_smoothed_nll_loss(
-    logits: torch.Tensor,  # (B, T, vocab)
-    labels: torch.Tensor,  # (B, T), -100 = ignored
-    epsilon: float,
-    num_items_in_batch: int | torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """§5.4 label smoothing: (1 - ε_ls)·NLL + ε_ls·(mean over the vocabulary of -log p), per target token.
-
-    Returns (smoothed loss, plain NLL). Both are divided by `num_items_in_batch` when given (the target tokens of
-    all accumulation steps, as Trainer passes it), else by this batch's target tokens.
-    """
-    if labels.shape != logits.shape[:-1]:
-        raise ValueError(f"labels have shape {tuple(labels.shape)}, expected {tuple(logits.shape[:-1])}")
-    log_probs = F.log_softmax(logits.float(), dim=-1)  # (B, T, vocab), fp32
-    keep = labels.ne(-100)
-    target = labels.masked_fill(~keep, 0).unsqueeze(-1)
-    nll = -log_probs.gather(-1, target).squeeze(-1).masked_fill(~keep, 0.0).sum()
-    smooth = -log_probs.mean(-1).masked_fill(~keep, 0.0).sum() if epsilon > 0 else nll.new_zeros(())
-    denom = _loss_denominator(keep, num_items_in_batch)
-    return ((1.0 - epsilon) * nll + epsilon * smooth) / denom, nll / denom
-
-
-def _loss_denominator(keep: torch.Tensor, num_items_in_batch: int | torch.Tensor | None) -> int | torch.Tensor:
-    """Target tokens to divide by: `num_items_in_batch` when given (all accumulation steps), else this batch's; ≥ 1."""
-    denom = keep.sum() if num_items_in_batch is None else num_items_in_batch
-    return denom.to(keep.device).clamp(min=1) if isinstance(denom, torch.Tensor) else max(denom, 1)
-
-
-def fused_label_smoothed_nll_loss(
-    hidden: torch.Tensor,  # (B, T, d_model): the decoder's output
-    weight: torch.Tensor,  # (vocab, d_model): the pre-softmax linear (the shared embedding)
-    labels: torch.Tensor,  # (B, T), -100 = ignored
-    epsilon: float,
-    num_items_in_batch: int | torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """`label_smoothed_nll_loss(hidden @ weightᵀ, labels, ...)` without the (B·T, vocab) logits ever existing whole.
-
-    The logits, their log-softmax and d loss / d logits are computed FUSED_LOSS_CHUNK // vocab rows at a time in fp32:
-    the gradients of `hidden` and `weight` are formed during the forward pass (the loss is the last operation), so
-    backward only scales them. Under autocast the two matmuls run in the autocast dtype, as lm_head would.
-    """
-    if labels.shape != hidden.shape[:-1]:
-        raise ValueError(f"labels have shape {tuple(labels.shape)}, expected {tuple(hidden.shape[:-1])}")
-    denom = _loss_denominator(labels.ne(-100), num_items_in_batch)
-    rows = max(1, FUSED_LOSS_CHUNK // weight.shape[0])  # rows per chunk
-    loss, nll = _FusedLoss.apply(hidden.reshape(-1, hidden.shape[-1]), weight, labels.reshape(-1), float(epsilon), rows)
-    return loss / denom, nll / denom
-
-
-FUSED_LOSS_CHUNK = 2**26  # logits elements per chunk of the fused loss: 256 MiB in fp32
-
-
-class _FusedLoss(torch.autograd.Function):
-    """Sums of the smoothed loss and of the NLL over kept rows; their gradients computed `rows` rows at a time."""
-
-    @staticmethod
-    def forward(ctx, hidden, weight, labels, epsilon, rows):  # (N, d), (V, d), (N,)
-        device_type = hidden.device.type
-        dtype = torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else hidden.dtype
-        V = weight.shape[0]
-        w = weight.detach().to(dtype)  # (V, d)
-        grad_hidden = torch.empty_like(hidden)
-        grad_weight = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
-        loss_sum = hidden.new_zeros((), dtype=torch.float32)
-        nll_sum = hidden.new_zeros((), dtype=torch.float32)
-        with torch.autocast(device_type, enabled=False):
-            for start in range(0, hidden.shape[0], rows):
-                h = hidden[start : start + rows].detach().to(dtype)  # (n, d)
-                y = labels[start : start + h.shape[0]]
-                keep = y.ne(-100)
-                target = y.masked_fill(~keep, 0).unsqueeze(-1)  # (n, 1)
-                logits = (h @ w.t()).float()  # (n, V), fp32
-                lse = torch.logsumexp(logits, dim=-1)  # (n,)
-                nll = (lse - logits.gather(-1, target).squeeze(-1)).masked_fill(~keep, 0.0)
-                smooth = (lse - logits.mean(-1)).masked_fill(~keep, 0.0)  # mean over the vocabulary of -log p
-                nll_sum += nll.sum()
-                loss_sum += ((1.0 - epsilon) * nll + epsilon * smooth).sum()
-                # d/d logits of (1-ε)·NLL + ε·mean(-log p): softmax - (1-ε)·onehot(y) - ε/V; 0 for ignored rows
-                grad = logits.sub_(lse.unsqueeze(-1)).exp_().sub_(epsilon / V)
-                grad.scatter_add_(-1, target, torch.full_like(target, -(1.0 - epsilon), dtype=grad.dtype))
-                grad = grad.masked_fill_(~keep.unsqueeze(-1), 0.0).to(dtype)  # (n, V)
-                grad_hidden[start : start + h.shape[0]] = grad @ w  # (n, d)
-                if dtype == torch.float32:
-                    grad_weight.addmm_(grad.t(), h)  # (V, d)
-                else:
-                    grad_weight += (grad.t() @ h).float()
-        ctx.save_for_backward(grad_hidden, grad_weight.to(weight.dtype))
-        ctx.mark_non_differentiable(nll_sum)
-        return loss_sum, nll_sum
-
-    @staticmethod
-    def backward(ctx, grad_loss, grad_nll):
-        grad_hidden, grad_weight = ctx.saved_tensors
-        return (
-            grad_hidden * grad_loss.to(grad_hidden.dtype),
-            grad_weight * grad_loss.to(grad_weight.dtype),
-            None,
-            None,
-            None,
-        )
-
-
-class VaswaniTranslationPipeline(Pipeline):
-    """`pipeline("translation", model=folder_or_repo, trust_remote_code=True)`: texts in, translations out.
-
-    transformers 5 removed its own "translation" pipeline; this one travels with the model as remote code
-    (`custom_pipelines` in config.json) and decodes with the model's generation config unless told otherwise.
-    """
-
-    _load_processor = False
-    _load_image_processor = False
-    _load_feature_extractor = False
-    _load_tokenizer = True
-
-    def __call__(self, inputs: str | list[str], **kwargs) -> list[dict[str, str]]:
-        """One {"translation_text": ...} per input; a single string gives a list of one, as transformers 4 did."""
-        result = super().__call__(inputs, **kwargs)
-        return [result] if isinstance(inputs, str) else result
-
-    def _sanitize_parameters(self, **generate_kwargs):
-        return {}, generate_kwargs, {}
-
-    def preprocess(self, text: str) -> dict[str, torch.Tensor]:
-        if not isinstance(text, str):
-            raise ValueError(f"the translation pipeline takes a string or a list of strings, got {type(text).__name__}")
-        return self.tokenizer(text, return_tensors="pt")
-
-    def _forward(self, model_inputs: dict[str, torch.Tensor], **generate_kwargs) -> dict[str, torch.Tensor]:
-        return {"output_ids": self.model.generate(**model_inputs, **generate_kwargs)}
-
-    def postprocess(self, model_outputs: dict[str, torch.Tensor]) -> dict[str, str]:
-        return {"translation_text": self.tokenizer.decode(model_outputs["output_ids"][0], skip_special_tokens=True)}
-
-
-TRANSLATION_PIPELINE = {
-    "impl": "modeling_vaswani.VaswaniTranslationPipeline",
-    "pt": ["AutoModelForSeq2SeqLM"],
-    "type": "text",
-}
-
 __all__ = [
     "VaswaniPreTrainedModel",
     "VaswaniModel",
     "VaswaniForConditionalGeneration",
     "VaswaniSeq2SeqLMOutput",
-    "VaswaniTranslationPipeline",
-    "gnmt_length_penalty",
-    "fused_label_smoothed_nll_loss",
-    "label_smoothed_nll_loss",
     "sinusoids",
 ]

@@ -19,7 +19,7 @@ from transformers.generation.logits_process import MinLengthLogitsProcessor, Min
 
 from modeling_vaswani import VaswaniConfig, VaswaniForConditionalGeneration
 from modeling_vaswani.generation_vaswani import EosBanUntil
-from modeling_vaswani.modeling_vaswani import VaswaniLinear
+from modeling_vaswani.kernels_vaswani import VaswaniLinear
 
 try:
     from .test_decoding_loop import Reference, reference_loop
@@ -259,11 +259,11 @@ def test_eos_ban_equals_transformers_min_length_processors():
 @pytest.fixture
 def small_chunks():
     """Chunks of 7 rows (vocab 50): a batch spans several, with a short last one."""
-    import modeling_vaswani.modeling_vaswani as modeling
+    import modeling_vaswani.loss_vaswani as loss
 
-    before, modeling.FUSED_LOSS_CHUNK = modeling.FUSED_LOSS_CHUNK, 7 * 50
+    before, loss.FUSED_LOSS_CHUNK = loss.FUSED_LOSS_CHUNK, 7 * 50
     yield
-    modeling.FUSED_LOSS_CHUNK = before
+    loss.FUSED_LOSS_CHUNK = before
 
 
 def loss_and_grads(model, fused: bool, autocast: bool = False, **kwargs):
@@ -372,15 +372,15 @@ def test_eos_ban_marks_scores_but_not_raw_logits(beams):
 
 
 def count_onednn_training_calls(monkeypatch) -> list[int]:
-    import modeling_vaswani.modeling_vaswani as modeling
+    import modeling_vaswani.kernels_vaswani as kernels
 
-    calls, apply = [0], modeling._OneDNNLinear.apply
+    calls, apply = [0], kernels._OneDNNLinear.apply
 
     def counted(*args):
         calls[0] += 1
         return apply(*args)
 
-    monkeypatch.setattr(modeling._OneDNNLinear, "apply", counted)
+    monkeypatch.setattr(kernels._OneDNNLinear, "apply", counted)
     return calls
 
 
@@ -453,20 +453,20 @@ def all_linears(model) -> list[VaswaniLinear]:
 @pytest.fixture
 def fresh_kernel_table():
     """An empty table of "auto"'s choices for the test, the process's own back afterwards."""
-    import modeling_vaswani.modeling_vaswani as modeling
+    import modeling_vaswani.kernels_vaswani as kernels
 
-    saved = dict(modeling._KERNEL_TABLE)
-    modeling._KERNEL_TABLE.clear()
-    yield modeling._KERNEL_TABLE
-    modeling._KERNEL_TABLE.clear()
-    modeling._KERNEL_TABLE.update(saved)
+    saved = dict(kernels._KERNEL_TABLE)
+    kernels._KERNEL_TABLE.clear()
+    yield kernels._KERNEL_TABLE
+    kernels._KERNEL_TABLE.clear()
+    kernels._KERNEL_TABLE.update(saved)
 
 
 @needs_onednn
 def test_auto_kernel_calibrates_each_shape_and_every_choice_matches_f_linear(fresh_kernel_table):
     """ "auto" times oneDNN and F.linear once per shape (d_in, d_out, rows bucket) on this CPU and keeps the faster;
     whatever it picks, and with the table forced to either kernel, logits stay within 1e-5 of F.linear's."""
-    from modeling_vaswani.modeling_vaswani import FP32_CPU_KERNELS, cpu_isa, cpu_kernel_table
+    from modeling_vaswani.kernels_vaswani import FP32_CPU_KERNELS, cpu_isa, cpu_kernel_table
 
     model, (ids, mask) = make_model(), padded_batch()
     reference = logits(model, ids, mask, "aten")
@@ -493,16 +493,27 @@ def test_auto_kernel_calibrates_each_shape_and_every_choice_matches_f_linear(fre
 
 @needs_onednn
 def test_auto_kernel_table_is_keyed_by_the_instruction_set(fresh_kernel_table, monkeypatch):
-    """A oneDNN ISA cap (benchmarks' --isa) is another CPU class: its shapes are measured again, not reused."""
+    """A oneDNN ISA cap (benchmarks' --isa) is another CPU class: its shapes are measured again, not reused. The caps
+    are read once per process (as oneDNN reads its own), not on every call: a change shows after `cache_clear()`."""
+    from modeling_vaswani.kernels_vaswani import cpu_isa
+
     model, (ids, mask) = make_model(), padded_batch()
     logits(model, ids, mask, "auto")
-    first = set(fresh_kernel_table)
-    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
-    logits(model, ids, mask, "auto")
+    first, before = set(fresh_kernel_table), cpu_isa()
+    try:
+        with monkeypatch.context() as patch:
+            patch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+            logits(model, ids, mask, "auto")
+            assert set(fresh_kernel_table) == first  # the hot path does not read the environment again
+            cpu_isa.cache_clear()
+            logits(model, ids, mask, "auto")
+    finally:
+        cpu_isa.cache_clear()
     assert len(fresh_kernel_table) == 2 * len(first)
     assert {k[0] for k in set(fresh_kernel_table) - first} == {
         f"{torch.backends.cpu.get_cpu_capability()}, oneDNN ≤ AVX2"
     }
+    assert cpu_isa() == before
 
 
 @needs_onednn
@@ -511,9 +522,9 @@ def test_auto_kernel_picks_the_faster_kernel(fresh_kernel_table, monkeypatch):
     monkeypatch.setattr(VaswaniLinear, "calibrate_training", True)
     import time as time_module
 
-    import modeling_vaswani.modeling_vaswani as modeling
+    import modeling_vaswani.kernels_vaswani as kernels
 
-    fast_linear, apply = VaswaniLinear._fast_linear, modeling._OneDNNLinear.apply
+    fast_linear, apply = VaswaniLinear._fast_linear, kernels._OneDNNLinear.apply
 
     def slow_fast_linear(self, x, kernel):
         time_module.sleep(0.02)
@@ -524,7 +535,7 @@ def test_auto_kernel_picks_the_faster_kernel(fresh_kernel_table, monkeypatch):
         return apply(*args)
 
     monkeypatch.setattr(VaswaniLinear, "_fast_linear", slow_fast_linear)
-    monkeypatch.setattr(modeling._OneDNNLinear, "apply", slow_apply)
+    monkeypatch.setattr(kernels._OneDNNLinear, "apply", slow_apply)
     model, (ids, mask) = make_model(), padded_batch()
     logits(model, ids, mask, "auto")
     loss_and_grads(model.train(), False)

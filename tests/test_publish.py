@@ -38,9 +38,7 @@ PICKLE_SUFFIXES = {".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt"}
 UPLOAD_FILES = {
     "README.md",
     "config.json",
-    "configuration_vaswani.py",
-    "modeling_vaswani.py",
-    "generation_vaswani.py",
+    *modeling_vaswani.code_files(),
     "generation_config.json",
     "model.safetensors",
     "tokenizer.json",
@@ -80,7 +78,7 @@ CHILD = """
         "tokens": tokens,
         "texts": [tokenizer.decode(t, skip_special_tokens=True) for t in tokens],
         "pipeline": [out["translation_text"] for out in translator(texts)],
-        "our_modules": sorted(n for n in sys.modules if "modeling_vaswani" in n or "configuration_vaswani" in n),
+        "our_modules": sorted(n for n in sys.modules if n.rpartition(".")[2].endswith("_vaswani")),
         "training_imported": any(n == "training" or n.startswith("training.") for n in sys.modules),
     }))
     """
@@ -149,13 +147,13 @@ def test_dry_run_writes_exactly_the_upload_folder(model_folder, dry_run):
     assert not [f for f in files if Path(f).suffix in PICKLE_SUFFIXES]
     for name in UPLOAD_FILES:  # the listing names every file with its size
         assert f"{name} " in printed and f"{(out / name).stat().st_size:,} bytes" in printed
-    for name in ("modeling_vaswani.py", "configuration_vaswani.py", "generation_vaswani.py"):
+    for name in modeling_vaswani.code_files():
         assert filecmp.cmp(out / name, PACKAGE_DIR / name, shallow=False), f"{name} is not this checkout's"
     config = json.loads((out / "config.json").read_text())
     assert config["model_type"] == "vaswani"
     assert config["auto_map"]["AutoModelForSeq2SeqLM"] == "modeling_vaswani.VaswaniForConditionalGeneration"
     assert config["auto_map"]["AutoConfig"] == "configuration_vaswani.VaswaniConfig"
-    assert config["custom_pipelines"]["translation"]["impl"] == "modeling_vaswani.VaswaniTranslationPipeline"
+    assert config["custom_pipelines"]["translation"]["impl"] == "pipeline_vaswani.VaswaniTranslationPipeline"
     assert (out / "generation_config.json").read_bytes() == (model_folder / "generation_config.json").read_bytes()
     assert (out / "training_curves.png").read_bytes() == (model_folder / "training_curves.png").read_bytes()
     staged, original = load_file(out / "model.safetensors"), load_file(model_folder / "model.safetensors")
@@ -174,6 +172,27 @@ def test_dry_run_folder_loads_without_our_package_and_translates_as_we_do(model_
     assert child["tokens"] == own_tokens(model_folder, TEXTS)
     assert child["pipeline"] == child["texts"]
     assert any(child["texts"]), "every output is empty: the comparison says nothing"
+
+
+def test_a_config_naming_the_pipeline_by_its_old_module_still_finds_it(dry_run, tmp_path):
+    """Folders saved before `pipeline_vaswani.py` existed name the pipeline `modeling_vaswani.VaswaniTranslationPipeline`
+    in `custom_pipelines`; with today's code files beside that config, the pipeline still loads and translates alike."""
+    from transformers import pipeline
+
+    out, _ = dry_run
+    old = tmp_path / "old-config"
+    shutil.copytree(out, old)
+    config = json.loads((old / "config.json").read_text())
+    config["custom_pipelines"]["translation"]["impl"] = "modeling_vaswani.VaswaniTranslationPipeline"
+    (old / "config.json").write_text(json.dumps(config))
+    old_translator = pipeline("translation", model=str(old), trust_remote_code=True)
+    translator = pipeline("translation", model=str(out), trust_remote_code=True)
+    assert type(old_translator).__name__ == "VaswaniTranslationPipeline"
+    assert type(old_translator).__module__.startswith("transformers_modules.")  # the folder's copy
+    texts = [text for text in TEXTS if text]
+    translations = [row["translation_text"] for row in old_translator(texts)]
+    assert translations == [row["translation_text"] for row in translator(texts)]
+    assert any(translations), "every output is empty: the comparison says nothing"
 
 
 @pytest.mark.parametrize("repo_id", ["a/b/c", "bad name!", "-x", "user/x--y", "user/name.git", ""])
@@ -337,6 +356,7 @@ def test_an_upload_folder_with_a_pickle_or_without_code_fails_its_check(model_fo
         (lambda d: (d / "extra.pkl").write_bytes(b"\x80\x04"), "pickle files"),
         (lambda d: (d / "sub").mkdir() or (d / "sub" / "weights.pt").write_bytes(b"\x80"), "pickle files"),
         (lambda d: (d / "modeling_vaswani.py").unlink(), "lacks modeling_vaswani.py"),
+        (lambda d: (d / "kernels_vaswani.py").unlink(), "lacks kernels_vaswani.py"),  # a sibling modeling imports
         (lambda d: (d / "configuration_vaswani.py").write_text("# another version\n"), "is not this checkout's"),
         (lambda d: (d / "tokenizer.json").unlink(), "lacks tokenizer.json"),
     ):

@@ -65,16 +65,14 @@ def batch() -> dict[str, torch.Tensor]:
 
 
 def test_save_writes_safetensors_config_generation_config_and_code(saved):
-    """model.safetensors, no pickle, config.json with auto_map, generation_config.json, both code files."""
+    """model.safetensors, no pickle, config.json with auto_map, generation_config.json, and exactly the code files
+    `code_files()` derives from the modeling file's relative imports: every sibling of the package."""
     files = {p.name for p in saved.iterdir()}
-    assert {
-        "model.safetensors",
-        "config.json",
-        "generation_config.json",
-        "modeling_vaswani.py",
-        "configuration_vaswani.py",
-        "generation_vaswani.py",
-    } <= files
+    assert {"model.safetensors", "config.json", "generation_config.json"} <= files
+    siblings = {p.name for p in PACKAGE_DIR.glob("*_vaswani.py")}
+    assert set(modeling_vaswani.code_files()) == siblings  # a new sibling not imported by the modeling file fails
+    assert {"kernels_vaswani.py", "loss_vaswani.py", "pipeline_vaswani.py", "generation_vaswani.py"} <= siblings
+    assert {name for name in files if name.endswith(".py")} == siblings
     assert not [p for p in saved.rglob("*") if p.suffix in PICKLE_SUFFIXES]
     config = json.loads((saved / "config.json").read_text())
     assert config["model_type"] == "vaswani"
@@ -83,7 +81,7 @@ def test_save_writes_safetensors_config_generation_config_and_code(saved):
         "AutoModel": "modeling_vaswani.VaswaniModel",
         "AutoModelForSeq2SeqLM": "modeling_vaswani.VaswaniForConditionalGeneration",
     }
-    for name in ("modeling_vaswani.py", "configuration_vaswani.py", "generation_vaswani.py"):
+    for name in modeling_vaswani.code_files():
         assert filecmp.cmp(saved / name, PACKAGE_DIR / name, shallow=False), f"{name} is not a copy of ours"
     generation = json.loads((saved / "generation_config.json").read_text())
     assert generation["num_beams"] == 4
@@ -189,8 +187,20 @@ CHILD = """
     lm = AutoModelForSeq2SeqLM.from_pretrained(folder, trust_remote_code=True).eval()
     out = lm.generate(ids, attention_mask=mask, return_dict_in_generate=True, output_scores=True)
     base = AutoModel.from_pretrained(folder, trust_remote_code=True).eval()
+    decoder_ids = torch.tensor(payload["decoder_input_ids"])
+    labels = torch.tensor(payload["labels"])
+    losses = {}
+    for fused in (False, True):  # loss_vaswani.py: the plain loss, and the fused one (training mode, autograd on)
+        lm.config.fused_loss = fused
+        lm.train(fused)
+        losses[str(fused)] = lm(input_ids=ids, attention_mask=mask, labels=labels, epsilon_ls=0.1).loss.item()
+    lm.eval()
     with torch.no_grad():
-        hidden = base(input_ids=ids, attention_mask=mask, decoder_input_ids=torch.tensor(payload["decoder_input_ids"]))
+        hidden = base(input_ids=ids, attention_mask=mask, decoder_input_ids=decoder_ids)
+        lm.set_cpu_kernel("aten")  # kernels_vaswani.py
+        plain_logits = lm(input_ids=ids, attention_mask=mask, decoder_input_ids=decoder_ids).logits
+        lm.set_cpu_kernel("onednn" if torch.backends.mkldnn.is_available() else "aten")
+        kernel_logits = lm(input_ids=ids, attention_mask=mask, decoder_input_ids=decoder_ids).logits
     print("RESULT " + json.dumps({
         "lm_class": type(lm).__name__,
         "lm_module": type(lm).__module__,
@@ -200,21 +210,34 @@ CHILD = """
         "tokens": out.sequences.tolist(),
         "sequences_scores": out.sequences_scores.tolist(),
         "hidden": hidden.last_hidden_state.tolist(),
-        "our_modules": sorted(n for n in sys.modules if "modeling_vaswani" in n or "configuration_vaswani" in n),
+        "losses": losses,
+        "kernel_difference": (kernel_logits - plain_logits).abs().max().item(),
+        "our_modules": sorted(n for n in sys.modules if n.rpartition(".")[2].endswith("_vaswani")),
     }))
     """
 
 
 def test_remote_code_without_our_package(model, saved, batch, tmp_path):
     """A fresh process that cannot import our package loads the folder with trust_remote_code and decodes as we do."""
-    payload = {k: v.tolist() for k, v in batch.items()}
+    labels = torch.tensor([[13, 14, 15, 2], [16, 17, 2, -100]])
+    payload = {**{k: v.tolist() for k, v in batch.items()}, "labels": labels.tolist()}
     child = run_isolated(CHILD, [str(saved), json.dumps(payload)], tmp_path)
 
     assert child["lm_class"] == "VaswaniForConditionalGeneration"
     assert child["base_class"] == "VaswaniModel"
     for module in (child["lm_module"], child["base_module"], *child["our_modules"]):
         assert module.startswith("transformers_modules."), module
+    # every code file was loaded from the folder's copy (the generation loop ran: beam 4 from generation_config.json)
+    assert {module.rpartition(".")[2] for module in child["our_modules"]} >= {
+        Path(name).stem for name in modeling_vaswani.code_files()
+    }
     assert child["lm_tied"]
+    assert model.generation_config.num_beams == 4
+    with torch.no_grad():  # the plain loss, here: both of the child's losses equal it (dropout is 0)
+        ours_loss = model(**{k: batch[k] for k in ("input_ids", "attention_mask")}, labels=labels, epsilon_ls=0.1).loss
+    assert child["losses"]["False"] == pytest.approx(ours_loss.item(), rel=1e-6)
+    assert child["losses"]["True"] == pytest.approx(ours_loss.item(), rel=1e-5)
+    assert child["kernel_difference"] < 1e-5
 
     ours = model.generate(
         batch["input_ids"], attention_mask=batch["attention_mask"], return_dict_in_generate=True, output_scores=True

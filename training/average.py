@@ -27,7 +27,7 @@ makes a meaningless model), with identical tensor names, shapes and dtypes; each
 checkpoints and the first difference. Any bad input ends with one line `error: ...` and exit status 2.
 
 The output folder loads with `AutoModelForSeq2SeqLM.from_pretrained(OUT)` (or `trust_remote_code=True` without
-this package): `model.safetensors`, `config.json` (with `auto_map`), the two code files, `generation_config.json`
+this package): `model.safetensors`, `config.json` (with `auto_map`), the code files, `generation_config.json`
 and the tokenizer of the newest checkpoint, `averaging.json` (the averaged checkpoints, their steps, the method),
 and the run's `run_summary.json` and `training_curves.png` when present.
 """

@@ -1,9 +1,9 @@
-"""Publish a model folder to the Hugging Face Hub: weights, config with `auto_map`, the three code files, tokenizer,
+"""Publish a model folder to the Hugging Face Hub: weights, config with `auto_map`, the code files, tokenizer,
 generation config, the model card (README.md, rendered from model_card.md) and the training-curve plot.
 
 The upload folder is built first, in full, and checked: model.safetensors (re-saved through
 `save_pretrained`, tensors checked equal to the folder's), config.json with `auto_map` and `custom_pipelines`,
-the three `*_vaswani.py` code files of this checkout (so the Hub copy loads with
+the `*_vaswani.py` code files of this checkout, `modeling_vaswani.code_files()` (so the Hub copy loads with
 `trust_remote_code=True` where this package is not installed), generation_config.json (the folder's, unchanged),
 the tokenizer (tokenizer.json, tokenizer_config.json), README.md and training_curves.png. Nothing else: no
 checkpoints, no TensorBoard logs, no optimizer state, and never a pickle file (.bin, .pt, .pth, .pkl, ...).

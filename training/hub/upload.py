@@ -22,7 +22,6 @@ if TYPE_CHECKING:  # torch and transformers load only once the arguments are par
     from huggingface_hub import ModelCard
 
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt", ".joblib", ".npy", ".npz")
-CODE_FILES = ("modeling_vaswani.py", "configuration_vaswani.py", "generation_vaswani.py")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 AUTO_MAP_KEYS = ("AutoConfig", "AutoModel", "AutoModelForSeq2SeqLM")
 CURVES = "training_curves.png"
@@ -155,7 +154,7 @@ def check_upload_folder(folder: Path, staging: Path) -> None:
     if "translation" not in (config.get("custom_pipelines") or {}):
         raise PublishError(f"{staging / 'config.json'}: no custom_pipelines entry for 'translation'")
     package = Path(modeling_vaswani.__file__).resolve().parent
-    for name in CODE_FILES:
+    for name in modeling_vaswani.code_files():  # modeling_vaswani.py and what it imports, as save_pretrained copies
         if not (staging / name).is_file():
             raise PublishError(f"the upload folder lacks {name}: the model would not load as remote code")
         if not filecmp.cmp(staging / name, package / name, shallow=False):

@@ -1,0 +1,230 @@
+"""Fast fp32 and int8 CPU kernels behind the model's linear layers; the model reads as nn.Linear.
+
+`VaswaniLinear` is an `nn.Linear` (same parameters, same state dict, same contract) whose fp32 CPU calls may run
+oneDNN, or int8 by opt-in. `set_cpu_kernel(model, kernel)` chooses for every layer; "auto" times oneDNN against
+F.linear per shape at first use and keeps the choice per process (`cpu_kernel_table()`). Tested in
+tests/test_fast_paths.py (every kernel against F.linear, the table's keys, the timing choice).
+
+This file travels to the Hub as remote code with `modeling_vaswani.py`, which imports it relatively.
+"""
+
+import functools
+import math
+import os
+import time
+import warnings
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers.utils import is_torchdynamo_compiling
+
+CPU_KERNELS = ("auto", "onednn", "int8", "aten")
+FP32_CPU_KERNELS = ("onednn", "aten")  # what "auto" chooses between, per shape, by timing both on this CPU
+
+
+@functools.cache
+def cpu_isa() -> str:
+    """The instruction set CPU kernels may use in this process: torch's ATen capability ("AVX2", "AVX512" ...) and
+    oneDNN's cap where `ONEDNN_MAX_CPU_ISA` sets one (benchmarks' `--isa` sets both to measure another CPU class).
+
+    Read once per process, as ATen and oneDNN read their caps once (benchmarks' `--isa` sets them before torch
+    loads); `cpu_isa.cache_clear()` reads them again (tests/test_fast_paths.py)."""
+    capability = torch.backends.cpu.get_cpu_capability()
+    limit = os.environ.get("ONEDNN_MAX_CPU_ISA") or os.environ.get("DNNL_MAX_CPU_ISA")
+    return capability if not limit else f"{capability}, oneDNN ≤ {limit.upper()}"
+
+
+# "auto"'s choices, filled at first use of each shape: (ISA, threads, "inference"/"training", d_in, d_out, bias,
+# rows bucket) → "onednn" or "aten". Per process, so per CPU and per --isa; `cpu_kernel_table()` reads it.
+_KERNEL_TABLE: dict[tuple, str] = {}
+CALIBRATION_REPEATS = 3  # timed calls per candidate (after one untimed), interleaved; the fastest call counts
+
+
+def cpu_kernel_table() -> dict[str, str]:
+    """What "auto" chose so far in this process, readable: {"inference 512→2048, ≤128 rows (AVX2, 2 threads)": ...}."""
+    return {
+        f"{mode} {d_in}→{d_out}, ≤{rows} rows ({isa}, {threads} threads)": kernel
+        for (isa, threads, mode, d_in, d_out, _, rows), kernel in _KERNEL_TABLE.items()
+    }
+
+
+def clear_cpu_kernel_table() -> None:
+    """Forget "auto"'s choices (they are measured again at next use)."""
+    _KERNEL_TABLE.clear()
+
+
+def _rows_bucket(rows: int) -> int:
+    """Calls are calibrated per power of two of their rows (1, 2, 4 ... 4096, then 4096 for all larger)."""
+    return min(1 << max(rows - 1, 0).bit_length(), 4096)
+
+
+class VaswaniLinear(nn.Linear):
+    """nn.Linear (same parameters, same state dict) whose fp32 CPU calls may run a faster kernel.
+
+    Only fp32 CPU calls outside autocast and torch.compile change kernel; accelerators and other dtypes use F.linear.
+    "auto" (default): for each shape, the faster of "onednn" and "aten" on this CPU, measured at first use (a few
+    calls of each on random inputs of that shape) and kept for the process; in training (forward and both backward
+    products) only when `calibrate_training` is set, else oneDNN. Which kernel wins depends on the CPU's instruction
+    set (benchmarks/results/ has the measurements). "onednn": the same
+    fp32 product through oneDNN, on a weight copy packed in oneDNN's blocked layout (inference) or through
+    `_OneDNNLinear` (training). "int8": dynamic int8 quantization (weights per output channel, activations per call,
+    fbgemm), an approximation and opt-in, inference only. "aten": F.linear. The inference weight copy is rebuilt when
+    the weight's version changes and dropped by `train()`/`eval()` and by any call with autograd on. Weights changed
+    in place by a fused optimizer (no version bump) outside training mode need `train()`, `eval()` or
+    `set_cpu_kernel()` before the next inference.
+    """
+
+    cpu_kernel = "auto" if torch.backends.mkldnn.is_available() else "aten"
+    onednn_min_macs = 2**22  # below ~4M multiply-adds a call, F.linear (a oneDNN call has a fixed cost)
+    onednn_training = True  # oneDNN allowed in training; off for lm_head, whose (tokens × vocab) products MKL wins
+    # Training under "auto" keeps oneDNN unless this is True: a timed choice can differ between two runs of one
+    # command, and with it the rounding, so a training run (and its resume in a new process) would not be
+    # reproducible. Inference timing only moves last bits of one call.
+    calibrate_training = False
+
+    def _fp32_cpu(self, x: torch.Tensor) -> bool:
+        return (
+            not is_torchdynamo_compiling()  # first: compiled code keeps F.linear, and must not trace the rest
+            and self.cpu_kernel != "aten"
+            and x.device.type == "cpu"
+            and x.dtype == torch.float32
+            and self.weight.dtype == torch.float32
+            and not self.weight.is_inference()
+            and not torch.is_autocast_enabled("cpu")  # autocast's bf16 goes through F.linear
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        kernel = self.cpu_kernel
+        small = x.numel() * self.out_features < self.onednn_min_macs  # multiply-adds of this call
+        rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
+        if torch.is_grad_enabled():
+            if self.__dict__.get("_packed") is not None:
+                self._packed = None  # training again: free the inference copy
+            if self.onednn_training and kernel in ("auto", "onednn") and not small and self._fp32_cpu(x):
+                if kernel == "onednn" or not self.calibrate_training or self._calibrated("training", rows) == "onednn":
+                    out = _OneDNNLinear.apply(x.reshape(-1, x.shape[-1]), self.weight, self.bias)
+                    return out.view(*x.shape[:-1], self.out_features)
+            return F.linear(x, self.weight, self.bias)
+        if (kernel in ("auto", "onednn") and small) or not self._fp32_cpu(x):
+            return F.linear(x, self.weight, self.bias)
+        if kernel == "auto":
+            kernel = self._calibrated("inference", rows)
+            if kernel == "aten":
+                return F.linear(x, self.weight, self.bias)
+        out = self._fast_linear(x.reshape(-1, x.shape[-1]).contiguous(), kernel)  # (B·T, d_out)
+        return out.view(*x.shape[:-1], self.out_features)  # (..., d_out)
+
+    def _fast_linear(self, x2: torch.Tensor, kernel: str) -> torch.Tensor:
+        packed = self._packed_weight(kernel)
+        if kernel == "int8":
+            return torch.ops.quantized.linear_dynamic(x2, packed, True)
+        return torch.ops.mkldnn._linear_pointwise(x2, packed, self.bias, "none", [], "")  # dense in, dense out
+
+    def _calibrated(self, mode: str, rows: int) -> str:
+        bucket = _rows_bucket(rows)
+        key = (cpu_isa(), torch.get_num_threads(), mode, self.in_features, self.out_features, self.bias is not None)
+        key += (bucket,)
+        choice = _KERNEL_TABLE.get(key)
+        if choice is None:
+            choice = _KERNEL_TABLE[key] = self._calibrate(mode, bucket)
+        return choice
+
+    def _calibrate(self, mode: str, rows: int) -> str:
+        """The faster of "onednn" and "aten" for `rows` × d_in inputs: one untimed call of each, then
+        CALIBRATION_REPEATS timed calls of each, interleaved; the fastest single call of each counts."""
+        g = torch.Generator().manual_seed(0)
+        x = torch.randn(rows, self.in_features, generator=g)
+        weight = self.weight.detach()
+        bias = None if self.bias is None else self.bias.detach()
+        if mode == "inference":
+            candidates = {
+                "onednn": lambda: self._fast_linear(x, "onednn"),
+                "aten": lambda: F.linear(x, weight, bias),
+            }
+        else:  # forward and backward on copies: the model's parameters and their .grad are not touched
+            x.requires_grad_()
+            w, b = weight.clone().requires_grad_(), None if bias is None else bias.clone().requires_grad_()
+            grad = torch.randn(rows, self.out_features, generator=g)
+            candidates = {
+                "onednn": lambda: _OneDNNLinear.apply(x, w, b).backward(grad),
+                "aten": lambda: F.linear(x, w, b).backward(grad),
+            }
+        if not torch.backends.mkldnn.is_available():
+            return "aten"
+        best = dict.fromkeys(candidates, math.inf)
+        with torch.set_grad_enabled(mode == "training"):
+            for run in candidates.values():
+                run()
+            for _ in range(CALIBRATION_REPEATS):
+                for name, run in candidates.items():
+                    start = time.perf_counter()
+                    run()
+                    best[name] = min(best[name], time.perf_counter() - start)
+        return min(best, key=best.get)
+
+    def train(self, mode: bool = True) -> "VaswaniLinear":
+        """Entering or leaving training drops the inference copy: a fused optimizer updates weights in place without
+        bumping their version counter, so the version alone cannot tell that the copy is stale."""
+        self._packed = None
+        return super().train(mode)
+
+    def _packed_weight(self, kernel: str):
+        bias = self.bias
+        key = (kernel, self.weight.data_ptr(), self.weight._version, None if bias is None else bias._version)
+        cached = self.__dict__.get("_packed")
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        weight = self.weight.detach()
+        if kernel == "int8":  # symmetric, per output channel: scale_i = max_j |W_ij| / 127
+            scales = weight.abs().amax(dim=1).clamp(min=1e-12).double() / 127.0
+            zeros = torch.zeros(weight.shape[0], dtype=torch.long)
+            with warnings.catch_warnings():  # torch ≥ 2.12 flags quantized tensors as deprecated; fbgemm stays
+                warnings.filterwarnings("ignore", message=".*quantized tensor creation functions.*")
+                qweight = torch.quantize_per_channel(weight, scales, zeros, 0, torch.qint8)
+            packed = torch.ops.quantized.linear_prepack(qweight, None if bias is None else bias.detach())
+        else:
+            packed = torch.ops.mkldnn._reorder_linear_weight(weight)  # oneDNN's blocked layout, packed once
+        self._packed = (key, packed)
+        return packed
+
+
+class _OneDNNLinear(torch.autograd.Function):
+    """y = x Wᵀ + b with all three products of training (y, dL/dx, dL/dW) through oneDNN; fp32 CPU only."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias):  # (N, d_in), (d_out, d_in), (d_out,)
+        x = x.contiguous()
+        ctx.save_for_backward(x, weight)
+        ctx.has_bias = bias is not None
+        return torch._C._nn.mkldnn_linear(x.to_mkldnn(), weight.detach().to_mkldnn(), bias).to_dense()  # (N, d_out)
+
+    @staticmethod
+    def backward(ctx, grad):  # (N, d_out)
+        x, weight = ctx.saved_tensors
+        grad = grad.contiguous()
+        onednn = torch._C._nn.mkldnn_linear
+        grad_x = onednn(grad.to_mkldnn(), weight.detach().t().contiguous().to_mkldnn(), None).to_dense()  # (N, d_in)
+        grad_w = onednn(grad.t().contiguous().to_mkldnn(), x.t().contiguous().to_mkldnn(), None).to_dense()
+        return grad_x, grad_w, grad.sum(0) if ctx.has_bias else None
+
+
+def check_cpu_kernel(kernel: str) -> str:
+    """The kernel name, if this torch build can run it; else a ValueError that says why."""
+    if kernel not in CPU_KERNELS:
+        raise ValueError(f"cpu_kernel must be one of {CPU_KERNELS}, got {kernel!r}")
+    if kernel == "onednn" and not torch.backends.mkldnn.is_available():
+        raise ValueError("cpu_kernel 'onednn' needs a torch build with oneDNN (torch.backends.mkldnn)")
+    if kernel == "int8" and not {"fbgemm", "x86"} & set(torch.backends.quantized.supported_engines):
+        raise ValueError("cpu_kernel 'int8' needs torch's fbgemm/x86 quantized engine, absent from this build")
+    return kernel
+
+
+def set_cpu_kernel(model: nn.Module, kernel: str) -> nn.Module:
+    """Every `VaswaniLinear` of `model` runs `kernel` on fp32 CPU from its next call (inference copies dropped)."""
+    check_cpu_kernel(kernel)
+    for module in model.modules():
+        if isinstance(module, VaswaniLinear):
+            module.cpu_kernel = kernel
+            module._packed = None
+    return model
