@@ -4,7 +4,7 @@ model's kernels, and one check words every "output already exists" refusal. No m
 
 import pytest
 
-from modeling_vaswani.modeling_vaswani import CPU_KERNELS
+from modeling_vaswani.kernels_vaswani import CPU_KERNELS
 from training import evaluate, translate
 from training.common.arguments import CPU_KERNEL_NAMES, DecodingArguments, parse_command
 from training.common.files import output_problem
