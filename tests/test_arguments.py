@@ -95,3 +95,19 @@ def test_output_problem_words_every_refusal_alike(tmp_path):
     assert output_problem(file, "--output", overwrite=False, kind="file") == (
         f"--output {file} exists and is not empty: pass --overwrite to replace it"
     )
+
+
+def test_positional_folders_and_repeated_flags_parse_as_documented():
+    """`average RUN`, `publish FOLDER` stay positional next to the dataclasses' flags; `--scores` repeats (each
+    kept, in order); a boolean flag can be switched off by value (`--dry_run false`)."""
+    from pathlib import Path
+
+    from training import average, publish
+
+    args, rest = parse_command(average.build_parser(), ["runs/base", "--last", "5", "--output_dir", "runs/avg5"])
+    assert (rest.run, args.last, args.output_dir, args.overwrite) == (Path("runs/base"), 5, Path("runs/avg5"), False)
+    argv = ["runs/avg", "--repo_id", "u/m", "--dry_run", "--scores", "a=x.json", "--scores", "b=y.json"]
+    args, rest = parse_command(publish.build_parser(), argv)
+    assert (rest.folder, args.dry_run, args.scores) == (Path("runs/avg"), True, ["a=x.json", "b=y.json"])
+    args, _ = parse_command(publish.build_parser(), ["runs/avg", "--repo_id", "u/m", "--dry_run", "false"])
+    assert args.dry_run is False and args.scores == []

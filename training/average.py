@@ -32,10 +32,11 @@ and the tokenizer of the newest checkpoint, `averaging.json` (the averaged check
 and the run's `run_summary.json` and `training_curves.png` when present.
 """
 
-from __future__ import annotations
-
-import argparse
+# no `from __future__ import annotations`: run as __main__, the dataclass's annotations must be types (HfArgumentParser)
+from dataclasses import dataclass, field
 from pathlib import Path
+
+from transformers import HfArgumentParser
 
 from training.checkpoints.averaging import (
     CheckpointError,
@@ -46,33 +47,39 @@ from training.checkpoints.averaging import (
     select_checkpoints,
     write_averaged_model,
 )
-from training.common.errors import add_debug_flag, run_command
+from training.common.arguments import command_parser, parse_command
+from training.common.errors import run_command
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="python -m training.average", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+@dataclass
+class AverageArguments:
+    output_dir: Path = field(metadata={"help": "the averaged model folder to write"})
+    last: int | None = field(
+        default=None, metadata={"help": "average the newest N complete checkpoints of RUN (default 5, §6.1)"}
     )
-    p.add_argument("run", nargs="?", type=Path, help="run folder (python -m training.train --output_dir RUN)")
-    p.add_argument("--last", type=int, help="average the newest N complete checkpoints of RUN (default 5, §6.1)")
-    p.add_argument("--checkpoints", nargs="+", type=Path, help="average these checkpoint folders instead")
-    p.add_argument("--output_dir", type=Path, required=True, help="the averaged model folder to write")
-    p.add_argument("--overwrite", action="store_true", help="replace a non-empty --output_dir")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
-    add_debug_flag(p)
-    return p
+    checkpoints: list[Path] | None = field(default=None, metadata={"help": "average these checkpoint folders instead"})
+    overwrite: bool = field(default=False, metadata={"help": "replace a non-empty --output_dir"})
+    quiet: bool = field(default=False, metadata={"help": "no progress bar"})
+
+
+def build_parser() -> HfArgumentParser:
+    parser = command_parser("python -m training.average", __doc__, [AverageArguments])
+    # RUN is positional, as documented (`average RUN --last 5`): a dataclass field can only be a --flag
+    parser.add_argument("run", nargs="?", type=Path, help="run folder (python -m training.train --output_dir RUN)")
+    return parser
 
 
 def main(argv: list[str] | None = None) -> Path:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, positional = parse_command(parser, argv)
+    run = positional.run
     if args.checkpoints and args.last is not None:
         parser.error("give either --last N (with RUN) or --checkpoints, not both")
-    if not args.checkpoints and args.run is None:
+    if not args.checkpoints and run is None:
         parser.error("give a run folder (RUN, with --last N) or --checkpoints")
     try:
-        folders = select_checkpoints(args.run, 5 if args.last is None else args.last, args.checkpoints)
-        run_dir = args.run if args.run is not None else run_folder_of(folders)
+        folders = select_checkpoints(run, 5 if args.last is None else args.last, args.checkpoints)
+        run_dir = run if run is not None else run_folder_of(folders)
         prepare_output_dir(args.output_dir, args.overwrite, [*folders, *([run_dir] if run_dir else [])])
         averaged = average_checkpoints(folders, progress=not args.quiet)
         out = write_averaged_model(folders, args.output_dir, averaged, run_dir, overwrite=args.overwrite)

@@ -6,28 +6,32 @@ The smallest end-to-end check that the package works where it is installed: no d
     python -m training.demo --config configuration/base.json --output_dir runs/base-untrained
 """
 
-import argparse
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 from transformers import AutoModelForSeq2SeqLM
 
 import modeling_vaswani
-from training.common.files import project_file
+from training.common.arguments import command_parser, parse_command
+from training.common.errors import run_command
+from training.common.files import output_problem, project_file
+
+
+@dataclass
+class DemoArguments:
+    config: str = field(default="configuration/tiny.json", metadata={"help": "a named configuration JSON"})
+    output_dir: Path = field(default=Path("runs/demo"), metadata={"help": "where the model folder is written"})
+    overwrite: bool = field(default=False, metadata={"help": "replace an existing, non-empty output_dir"})
+    seed: int = field(default=0, metadata={"help": "seed for the random initial weights and inputs"})
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--config", default="configuration/tiny.json", help="a named configuration JSON")
-    parser.add_argument("--output_dir", default="runs/demo", help="where the model folder is written")
-    parser.add_argument("--overwrite", action="store_true", help="replace an existing, non-empty output_dir")
-    parser.add_argument("--seed", type=int, default=0, help="seed for the random initial weights and inputs")
-    args = parser.parse_args(argv)
-
-    out = Path(args.output_dir)
-    if out.exists() and any(out.iterdir()) and not args.overwrite:
-        parser.error(f"--output_dir {out} exists and is not empty; pass --overwrite to replace it")
+    args, _ = parse_command(command_parser("python -m training.demo", __doc__, [DemoArguments]), argv)
+    out = args.output_dir
+    if problem := output_problem(out, "--output_dir", args.overwrite):
+        raise SystemExit(f"error: {problem}")
 
     torch.manual_seed(args.seed)
     config = modeling_vaswani.VaswaniConfig.from_json_file(project_file(args.config))  # checkout or install
@@ -62,4 +66,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_command(main)

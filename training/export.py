@@ -18,7 +18,6 @@ those programs, greedy and beam search. CTranslate2 gets its own model directory
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import copy
 import importlib.util
@@ -26,15 +25,19 @@ import math
 import shutil
 import sys
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from transformers import GenerationConfig
+from transformers import GenerationConfig, HfArgumentParser
 from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 from transformers.modeling_outputs import BaseModelOutput
 
 from modeling_vaswani import VaswaniForConditionalGeneration
 from modeling_vaswani.modeling_vaswani import VaswaniSeq2SeqLMOutput, sinusoids
+from training.common.arguments import command_parser, parse_command
+from training.common.errors import run_command
+from training.common.files import output_problem
 
 # format → (the modules it needs, the transformers exporter and config classes)
 EXPORTERS = {
@@ -413,8 +416,8 @@ def export_folder(
 
     check_format(fmt, quantization)
     output_dir = Path(output_dir)
-    if output_dir.exists() and (not output_dir.is_dir() or any(output_dir.iterdir())) and not overwrite:
-        raise ExportError(f"--output_dir {output_dir} exists and is not empty: pick another or pass --overwrite")
+    if problem := output_problem(output_dir, "--output_dir", overwrite):
+        raise ExportError(problem)
     try:
         model, tokenizer = load_model(str(folder), "cpu")
     except EvaluationError as e:
@@ -432,28 +435,34 @@ def export_folder(
     return sorted(p for p in output_dir.rglob("*") if p.is_file())
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="python -m training.export",
-        description="Export a model folder to ONNX, ExecuTorch, OpenVINO, torch.export or CTranslate2.",
+@dataclass
+class ExportArguments:
+    format: str = field(metadata={"choices": FORMATS, "help": "the serving format"})
+    output_dir: Path = field(metadata={"help": "the folder to write"})
+    quantization: str | None = field(
+        default=None,
+        metadata={
+            "help": f"ctranslate2: {' | '.join(CT2_QUANTIZATIONS)}; onnx: int8 (onnxruntime dynamic quantization)"
+        },
     )
-    p.add_argument("model", help="a model folder (training.train's output) or a Hub id")
-    p.add_argument("--format", required=True, choices=FORMATS)
-    p.add_argument("--output_dir", required=True)
-    p.add_argument(
-        "--quantization",
-        help=f"ctranslate2: {' | '.join(CT2_QUANTIZATIONS)}; onnx: int8 (onnxruntime dynamic quantization)",
-    )
-    p.add_argument("--overwrite", action="store_true", help="write into a non-empty --output_dir")
-    return p
+    overwrite: bool = field(default=False, metadata={"help": "write into a non-empty --output_dir"})
+
+
+def build_parser() -> HfArgumentParser:
+    parser = command_parser("python -m training.export", __doc__, [ExportArguments])
+    # MODEL is positional, as documented (`export MODEL --format onnx`): a dataclass field can only be a --flag
+    parser.add_argument("model", help="a model folder (training.train's output) or a Hub id")
+    return parser
 
 
 def main(argv: list[str] | None = None) -> list[Path]:
-    args = build_parser().parse_args(argv)
+    args, positional = parse_command(build_parser(), argv)
     log = lambda message: print(message, file=sys.stderr)  # noqa: E731
     try:
         with contextlib.redirect_stdout(sys.stderr):  # exporters print progress; stdout carries the summary
-            files = export_folder(args.model, args.format, args.output_dir, args.quantization, args.overwrite, log)
+            files = export_folder(
+                positional.model, args.format, args.output_dir, args.quantization, args.overwrite, log
+            )
     except ExportError as e:
         raise SystemExit(f"error: {e}") from None
     root = Path(args.output_dir)
@@ -464,4 +473,4 @@ def main(argv: list[str] | None = None) -> list[Path]:
 
 
 if __name__ == "__main__":
-    main()
+    run_command(main)

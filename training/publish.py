@@ -32,16 +32,19 @@ without BLEU, an output folder that exists (without `--overwrite`), offline mode
 every bad input; `--debug` shows the traceback).
 """
 
-from __future__ import annotations
-
-import argparse
+# no `from __future__ import annotations`: run as __main__, the dataclass's annotations must be types (HfArgumentParser)
 import shutil
 import sys
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from training.common.errors import add_debug_flag, run_command
+from transformers import HfArgumentParser
+
+from training.common.arguments import command_parser, parse_command
+from training.common.errors import run_command
+from training.common.files import output_problem
 from training.hub.model_card import TEMPLATE, CardError, parse_scores_args, render_card
 from training.hub.upload import (
     DEFAULT_STAGING,
@@ -55,67 +58,72 @@ from training.hub.upload import (
 )
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="python -m training.publish", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+@dataclass
+class PublishArguments:
+    repo_id: str = field(metadata={"help": "Hub model repository, 'name' or 'namespace/name'"})
+    private: bool = field(default=False, metadata={"help": "create the repository as private"})
+    dry_run: bool = field(default=False, metadata={"help": "write and list the upload folder; upload nothing"})
+    scores: list[str] = field(
+        default_factory=list,
+        metadata={
+            # "extend": `--scores A --scores B` (repeated, as documented) and `--scores A B` both keep A and B
+            "action": "extend",
+            "metavar": "NAME=PATH",
+            "help": "a scores.json of training.evaluate and the name of its evaluation set, e.g. "
+            "test_2016=runs/x/eval-test/scores.json; repeat for several (the card's results and model-index)",
+        },
     )
-    p.add_argument("folder", type=Path, help="the model folder: a run, or an averaged model from training.average")
-    p.add_argument("--repo_id", required=True, help="Hub model repository, 'name' or 'namespace/name'")
-    p.add_argument("--private", action="store_true", help="create the repository as private")
-    p.add_argument("--dry_run", action="store_true", help="write and list the upload folder; upload nothing")
-    p.add_argument(
-        "--scores",
-        action="append",
-        default=[],
-        metavar="NAME=PATH",
-        help="a scores.json of training.evaluate and the name of its evaluation set, e.g. "
-        "test_2016=runs/x/eval-test/scores.json; repeat for several (the card's results and model-index)",
+    output_dir: Path | None = field(
+        default=None,
+        metadata={
+            "help": f"where to build the upload folder (default: FOLDER/{DEFAULT_STAGING} with --dry_run, "
+            "else a temporary folder removed after the upload)"
+        },
     )
-    p.add_argument(
-        "--output_dir",
-        type=Path,
-        help=f"where to build the upload folder (default: FOLDER/{DEFAULT_STAGING} with --dry_run, "
-        "else a temporary folder removed after the upload)",
+    overwrite: bool = field(default=False, metadata={"help": "replace an existing, non-empty --output_dir"})
+    template: Path = field(default=TEMPLATE, metadata={"help": "model card template (default: model_card.md)"})
+    token: str | None = field(
+        default=None, metadata={"help": "Hugging Face token (default: $HF_TOKEN or the one saved by `hf auth login`)"}
     )
-    p.add_argument("--overwrite", action="store_true", help="replace an existing, non-empty --output_dir")
-    p.add_argument("--template", type=Path, default=TEMPLATE, help="model card template (default: model_card.md)")
-    p.add_argument("--token", help="Hugging Face token (default: $HF_TOKEN or the one saved by `hf auth login`)")
-    p.add_argument("--commit_message", help="the upload's commit message")
-    add_debug_flag(p)
-    return p
+    commit_message: str | None = field(default=None, metadata={"help": "the upload's commit message"})
 
 
-def staging_dir(args: argparse.Namespace) -> Path | None:
+def build_parser() -> HfArgumentParser:
+    parser = command_parser("python -m training.publish", __doc__, [PublishArguments])
+    # FOLDER is positional, as documented (`publish FOLDER --repo_id ...`): a dataclass field can only be a --flag
+    parser.add_argument("folder", type=Path, help="the model folder: a run, or an averaged model from training.average")
+    return parser
+
+
+def staging_dir(args: PublishArguments, folder: Path) -> Path | None:
     """The upload folder to write, checked: never the model folder or a folder holding it, never a non-empty
     folder without --overwrite. None: a temporary folder (a real upload without --output_dir)."""
     out = args.output_dir
     if out is None:
         if not args.dry_run:
             return None
-        out = args.folder / DEFAULT_STAGING
-    resolved, folder = out.resolve(), args.folder.resolve()
-    if resolved == folder or resolved in folder.parents:
+        out = folder / DEFAULT_STAGING
+    resolved = out.resolve()
+    if resolved == folder.resolve() or resolved in folder.resolve().parents:
         raise PublishError(f"--output_dir {out} is the model folder or holds it: choose another folder")
-    if out.exists() and not out.is_dir():
-        raise PublishError(f"--output_dir {out} exists and is not a folder")
-    if out.is_dir() and any(out.iterdir()) and not args.overwrite:
-        raise PublishError(f"--output_dir {out} exists and is not empty: pass --overwrite to replace it")
+    if problem := output_problem(out, "--output_dir", args.overwrite):
+        raise PublishError(problem)
     return out
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    args, positional = parse_command(build_parser(), argv)
+    folder = positional.folder
     try:  # every check before any work
         check_repo_id(args.repo_id)
-        check_model_folder(args.folder)
+        check_model_folder(folder)
         if not args.template.is_file():
             raise PublishError(f"--template {args.template}: no such file")
         scores = parse_scores_args(args.scores)
         if not args.dry_run and hub_offline():
             raise PublishError("HF_HUB_OFFLINE is set: nothing can be uploaded (use --dry_run to build the folder)")
-        out = staging_dir(args)
-        card = render_card(args.folder, args.template, scores=scores, repo_id=args.repo_id)  # reads small files only
+        out = staging_dir(args, folder)
+        card = render_card(folder, args.template, scores=scores, repo_id=args.repo_id)  # reads small files only
     except (PublishError, CardError) as error:  # one line, no usage block: the command line itself was fine
         print(f"error: {error}", file=sys.stderr)
         raise SystemExit(2) from None
@@ -128,7 +136,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         shutil.rmtree(out)  # empty, or --overwrite was given
     try:
         try:
-            files = build_upload_folder(args.folder, out, card)
+            files = build_upload_folder(folder, out, card)
         except BaseException as error:
             if temporary is None:  # no half-written upload folder is left behind
                 shutil.rmtree(out, ignore_errors=True)
@@ -141,7 +149,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             visibility = "private" if args.private else "public"
             print(f"dry run: nothing uploaded; without --dry_run this goes to {args.repo_id} ({visibility})")
         else:
-            message = args.commit_message or f"Upload {args.folder.resolve().name} with training.publish"
+            message = args.commit_message or f"Upload {folder.resolve().name} with training.publish"
             try:
                 result["url"] = push(out, args.repo_id, args.private, args.token, message)
             except PublishError as error:

@@ -20,27 +20,15 @@ from training.checkpoints.complete import (
     complete_checkpoints,
     incomplete_checkpoints,
 )
-from training.common.files import follow_umask_in
+from training.common.checks import positive_integer_problem
+from training.common.files import TOKENIZER_FILES, WEIGHTS, WEIGHTS_INDEX, follow_umask_in, output_problem, weight_files
 
 if TYPE_CHECKING:  # torch loads only once the arguments are parsed (a fast --help)
     import torch
 
-WEIGHTS = "model.safetensors"
-WEIGHTS_INDEX = "model.safetensors.index.json"
 # config.json fields that say nothing about the model: written by the library, or toggled by Trainer
 BOOKKEEPING_FIELDS = frozenset(
     {"transformers_version", "dtype", "torch_dtype", "_name_or_path", "auto_map", "custom_pipelines", "use_cache"}
-)
-TOKENIZER_FILES = (
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "added_tokens.json",
-    "vocab.json",
-    "merges.txt",
-    "sentencepiece.bpe.model",
-    "spiece.model",
-    "chat_template.jinja",
 )
 RUN_FILES = ("run_summary.json", "training_curves.png")  # publishing reads them
 METHOD = (
@@ -71,16 +59,15 @@ def checkpoint_step(folder: Path) -> int:
         ) from None
 
 
-def weight_files(folder: Path) -> list[Path]:
-    """The safetensors file(s) of a model folder: `model.safetensors`, or the shards of its index."""
-    if (folder / WEIGHTS).is_file():
-        return [folder / WEIGHTS]
-    if (folder / WEIGHTS_INDEX).is_file():
-        shards = sorted(set(json.loads((folder / WEIGHTS_INDEX).read_text())["weight_map"].values()))
-        missing = [s for s in shards if not (folder / s).is_file()]
-        if missing:
-            raise CheckpointError(f"{folder}: {WEIGHTS_INDEX} names shard(s) that are missing: {missing}")
-        return [folder / s for s in shards]
+def checkpoint_weights(folder: Path) -> list[Path]:
+    """The safetensors file(s) of a checkpoint (`weight_files`), every one present; CheckpointError naming what is
+    missing otherwise."""
+    files = weight_files(folder)
+    missing = [p.name for p in files if not p.is_file()]
+    if missing:
+        raise CheckpointError(f"{folder}: {WEIGHTS_INDEX} names shard(s) that are missing: {missing}")
+    if files:
+        return files
     holds_checkpoints = folder.is_dir() and any(_CHECKPOINT_RE.match(p.name) for p in folder.iterdir())
     hint = " — it holds checkpoint-N folders: pass it as RUN" if holds_checkpoints else ""
     raise CheckpointError(f"{folder} is not a checkpoint: no {WEIGHTS} (nor {WEIGHTS_INDEX}){hint}")
@@ -90,7 +77,7 @@ def check_checkpoint(folder: Path) -> None:
     """Raise CheckpointError unless `folder` is a complete checkpoint: weights, config.json and the marker."""
     if not folder.is_dir():
         raise CheckpointError(f"{folder}: no such folder")
-    weight_files(folder)
+    checkpoint_weights(folder)
     if not (folder / "config.json").is_file():
         raise CheckpointError(f"{folder} is not a checkpoint: no config.json")
     if not (folder / COMPLETE_MARKER).is_file():
@@ -116,8 +103,8 @@ def select_checkpoints(run_dir: Path | None, last: int | None, checkpoints: Sequ
             seen[key] = folder
         return sorted(folders, key=checkpoint_step)  # stable: equal steps keep the given order
     assert run_dir is not None and last is not None
-    if last < 1:
-        raise CheckpointError(f"--last must be at least 1, got {last}")
+    if problem := positive_integer_problem("--last", last):
+        raise CheckpointError(problem)
     if (run_dir / COMPLETE_MARKER).is_file():
         raise CheckpointError(f"{run_dir} is a checkpoint, not a run folder: pass it with --checkpoints")
     if not run_dir.is_dir():
@@ -220,7 +207,7 @@ def tensor_headers(folder: Path) -> dict[str, tuple[tuple[int, ...], str]]:
     from safetensors import SafetensorError, safe_open
 
     headers = {}
-    for path in weight_files(folder):
+    for path in checkpoint_weights(folder):
         try:
             with safe_open(path, framework="pt") as f:
                 for name in f.keys():  # noqa: SIM118 (safe_open has no __iter__)
@@ -263,7 +250,7 @@ def load_weights(folder: Path) -> dict[str, torch.Tensor]:
     from safetensors import safe_open
 
     tensors: dict[str, torch.Tensor] = {}
-    for path in weight_files(folder):
+    for path in checkpoint_weights(folder):
         with safe_open(path, framework="pt", device="cpu") as f:
             for name in f.keys():  # noqa: SIM118
                 tensors[name] = f.get_tensor(name)
@@ -383,10 +370,8 @@ def prepare_output_dir(output_dir: Path, overwrite: bool, inputs: Sequence[Path]
         source = folder.resolve()
         if out == source or out in source.parents:
             raise CheckpointError(f"--output_dir {output_dir} is or contains the input {folder}: choose another folder")
-    if output_dir.exists() and not output_dir.is_dir():
-        raise CheckpointError(f"--output_dir {output_dir} is a file")
-    if output_dir.is_dir() and any(output_dir.iterdir()) and not overwrite:
-        raise CheckpointError(f"--output_dir {output_dir} exists and is not empty: pass --overwrite to replace it")
+    if problem := output_problem(output_dir, "--output_dir", overwrite):
+        raise CheckpointError(problem)
 
 
 def write_averaged_model(

@@ -3,17 +3,26 @@ nothing, so that any module can use them without slowing `--help`."""
 
 from __future__ import annotations
 
+from numbers import Integral
 from typing import Any
 
 
 def positive_integer_problem(name: str, value: Any, minimum: int = 1, why: str = "") -> str | None:
-    """The message for an integer setting below `minimum` (or not an integer at all), else None: one wording for
-    every command and library check ("NAME must be a positive integer, got V")."""
-    if isinstance(value, int) and not isinstance(value, bool) and value >= minimum:
+    """The message for an integer setting below `minimum` (or not an integer at all: a bool, a float), else None:
+    one wording for every command and library check ("NAME must be a positive integer, got V"). numpy integers
+    count as integers."""
+    if isinstance(value, Integral) and not isinstance(value, bool) and value >= minimum:
         return None
     if minimum == 1:
         return f"{name} must be a positive integer, got {value!r}{why}"
     return f"{name} must be at least {minimum}{why}, got {value!r}"
+
+
+def require_positive_integer(name: str, value: Any, why: str = "") -> int:
+    """`value` as an int; ValueError with `positive_integer_problem`'s message unless it is a positive integer."""
+    if problem := positive_integer_problem(name, value, why=why):
+        raise ValueError(problem)
+    return int(value)
 
 
 def language_problem(source_lang: str, target_lang: str, prefix: str = "--") -> str | None:

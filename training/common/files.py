@@ -10,6 +10,7 @@ tests/test_cli_errors.py checks the saved folders of train, average and publish.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterable
 from pathlib import Path
@@ -100,6 +101,39 @@ def output_problem(path: Path, flag: str, overwrite: bool, kind: str = "folder")
     if not empty and not overwrite:
         return f"{flag} {path} exists and is not empty: pass --overwrite to replace it"
     return None
+
+
+WEIGHTS, WEIGHTS_INDEX = "model.safetensors", "model.safetensors.index.json"
+# every file a tokenizer's save_pretrained may write: averaging copies those present into the averaged folder. This
+# project's tokenizer (a PreTrainedTokenizerFast) writes and loads from the first two: a model folder has one of
+# them, an upload folder both (training/hub/upload.py)
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.json",
+    "merges.txt",
+    "sentencepiece.bpe.model",
+    "spiece.model",
+    "chat_template.jinja",
+)
+FAST_TOKENIZER_FILES = TOKENIZER_FILES[:2]
+
+
+def weight_files(folder: Path) -> list[Path]:
+    """The safetensors files a model folder names: `model.safetensors`, else the shards its index lists (whether
+    present or not); [] when it has neither. The callers say what is missing in their own terms (averaging:
+    `checkpoint_weights`; publishing: `check_model_folder`)."""
+    if (folder / WEIGHTS).is_file():
+        return [folder / WEIGHTS]
+    if (folder / WEIGHTS_INDEX).is_file():
+        try:
+            index = json.loads((folder / WEIGHTS_INDEX).read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as error:
+            raise ValueError(f"{folder / WEIGHTS_INDEX} is not valid JSON: {error}") from None
+        return [folder / name for name in sorted(set(index.get("weight_map", {}).values()))]
+    return []
 
 
 DATA_DIR = "share/vaswani-transformer"  # where setup.cfg's data_files put configuration/ and model_card.md

@@ -42,7 +42,7 @@ import pyarrow.compute as pc
 from datasets.exceptions import DatasetGenerationError
 from datasets.table import InMemoryTable, MemoryMappedTable
 
-from training.common.checks import language_problem
+from training.common.checks import language_problem, require_positive_integer
 from training.data.corpus import LANGUAGES as DEFAULT_LANGUAGES
 from training.data.corpus import default_corpus
 
@@ -501,8 +501,8 @@ def default_num_proc(rows: int) -> int:
 
 
 def check_num_proc(num_proc: int | None) -> None:
-    if num_proc is not None and (not isinstance(num_proc, int) or isinstance(num_proc, bool) or num_proc < 1):
-        raise ValueError(f"num_proc must be a positive integer (or None for one per core), got {num_proc!r}")
+    if num_proc is not None:
+        require_positive_integer("num_proc", num_proc, why=" (or None for one per core)")
 
 
 def tokenizer_digest(tokenizer) -> str:

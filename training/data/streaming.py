@@ -38,6 +38,7 @@ import numpy as np
 import pyarrow as pa
 import torch
 
+from training.common.checks import require_positive_integer
 from training.data.parallel import _encode_table, _FileSource, _resolve_file, check_translation_features
 from training.trainer.batching import TokenBudgetBatchSampler
 
@@ -148,8 +149,7 @@ class TokenBudgetStream(torch.utils.data.IterableDataset):
         position: Mapping[str, int] | None = None,
     ):
         super().__init__()
-        if not isinstance(chunk_pairs, int) or chunk_pairs < 1:
-            raise ValueError(f"chunk_pairs must be a positive integer, got {chunk_pairs!r}")
+        require_positive_integer("chunk_pairs", chunk_pairs)
         if not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} is not in a world of {world_size} process(es)")
         if max_tokens < max_length:

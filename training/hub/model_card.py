@@ -30,7 +30,7 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 from huggingface_hub.utils import HFValidationError, validate_repo_id
 from safetensors import safe_open
 
-from training.common.files import project_file
+from training.common.files import project_file, weight_files
 
 TEMPLATE = project_file("model_card.md", given_first=False)  # the checkout's or the installed copy
 NOT_RECORDED = "not recorded"
@@ -67,17 +67,6 @@ def _read_json(path: Path, required: bool = False) -> dict[str, Any] | None:
     if not isinstance(data, dict):
         raise CardError(f"{path} holds a {type(data).__name__}, expected a JSON object")
     return data
-
-
-def weight_files(folder: Path) -> list[Path]:
-    """model.safetensors, or the shards listed by model.safetensors.index.json; [] when there are none."""
-    single = folder / "model.safetensors"
-    if single.is_file():
-        return [single]
-    index = _read_json(folder / "model.safetensors.index.json")
-    if index is None:
-        return []
-    return [folder / name for name in sorted(set(index.get("weight_map", {}).values()))]
 
 
 def count_parameters(folder: str | Path, tied: bool = True) -> int:

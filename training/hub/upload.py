@@ -15,14 +15,12 @@ from huggingface_hub import constants
 from huggingface_hub.utils import HFValidationError, validate_repo_id
 
 from training.common.errors import is_network_error
-from training.common.files import follow_umask_in
-from training.hub.model_card import weight_files
+from training.common.files import FAST_TOKENIZER_FILES, follow_umask_in, weight_files
 
 if TYPE_CHECKING:  # torch and transformers load only once the arguments are parsed (a fast --help)
     from huggingface_hub import ModelCard
 
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt", ".joblib", ".npy", ".npz")
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 AUTO_MAP_KEYS = ("AutoConfig", "AutoModel", "AutoModelForSeq2SeqLM")
 CURVES = "training_curves.png"
 DEFAULT_STAGING = "hub-upload"
@@ -78,8 +76,8 @@ def check_model_folder(folder: Path) -> dict[str, Any]:
         VaswaniConfig.from_json_file(config_path)
     except ValueError as error:  # a field of the wrong type or value
         raise PublishError(f"{config_path}: {error}") from error
-    if not any((folder / name).is_file() for name in TOKENIZER_FILES):
-        raise PublishError(f"{folder} is not a model folder: no tokenizer ({' or '.join(TOKENIZER_FILES)})")
+    if not any((folder / name).is_file() for name in FAST_TOKENIZER_FILES):
+        raise PublishError(f"{folder} is not a model folder: no tokenizer ({' or '.join(FAST_TOKENIZER_FILES)})")
     return config
 
 
@@ -161,7 +159,7 @@ def check_upload_folder(folder: Path, staging: Path) -> None:
             raise PublishError(f"{staging / name} is not this checkout's {package / name}")
     if not weight_files(staging):
         raise PublishError("the upload folder lacks model.safetensors")
-    for name in ("generation_config.json", "README.md", *TOKENIZER_FILES):
+    for name in ("generation_config.json", "README.md", *FAST_TOKENIZER_FILES):
         if not (staging / name).is_file():
             raise PublishError(f"the upload folder lacks {name}")
     _same_tensors(folder, staging)

@@ -14,6 +14,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from training.common.checks import positive_integer_problem
+
 # torch and transformers load inside the functions that use them: commands answer `--help` and a bad command line
 # without them (tests/test_cli_errors.py)
 
@@ -82,8 +84,8 @@ def token_batches(lengths: Sequence[int], max_tokens: int) -> list[list[int]]:
     """Indices cut into batches of similar length: sorted longest first (ties by index), each batch holding at most
     `max_tokens` tokens with padding counted (n · longest ≤ max_tokens); a longer sentence gets a batch of its own.
     Deterministic, so a repeat run decodes the same batches."""
-    if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
-        raise EvaluationError(f"max_tokens must be a positive integer, got {max_tokens!r}")
+    if problem := positive_integer_problem("max_tokens", max_tokens):
+        raise EvaluationError(problem)
     order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
     batches: list[list[int]] = []
     for i in order:

@@ -55,17 +55,13 @@ from accelerate.data_loader import BatchSamplerShard
 from torch.utils.data import DataLoader, Sampler
 from transformers.trainer_utils import seed_worker
 
+from training.common.checks import require_positive_integer
+
 logger = logging.getLogger(__name__)
 
 # First word of the numpy seed sequences, so the tie-break stream and the per-epoch order streams never coincide
 # (numpy's SeedSequence pads entropy with zeros: [s] and [s, 0] are the same seed).
 _TIE_BREAK_STREAM, _ORDER_STREAM = 1, 2
-
-
-def _positive_int(name: str, value: object) -> int:
-    if not isinstance(value, int | np.integer) or isinstance(value, bool) or value <= 0:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    return int(value)
 
 
 def _padded(lengths: np.ndarray, multiple: int) -> np.ndarray:
@@ -94,8 +90,8 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         seed: int = 0,
         pad_to_multiple_of: int = 1,
     ):
-        self.max_tokens = _positive_int("max_tokens", max_tokens)
-        self.pad_to_multiple_of = _positive_int("pad_to_multiple_of", pad_to_multiple_of)
+        self.max_tokens = require_positive_integer("max_tokens", max_tokens)
+        self.pad_to_multiple_of = require_positive_integer("pad_to_multiple_of", pad_to_multiple_of)
         if not isinstance(seed, int | np.integer) or isinstance(seed, bool) or seed < 0:
             raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
         self.seed, self.shuffle, self.epoch = int(seed), bool(shuffle), 0
@@ -247,8 +243,8 @@ class TokenBudgetTrainerMixin:
         tgt_len_column: str = "tgt_len",
         **kwargs: Any,
     ):
-        self.max_tokens = _positive_int("max_tokens", max_tokens)
-        self.eval_max_tokens = _positive_int(
+        self.max_tokens = require_positive_integer("max_tokens", max_tokens)
+        self.eval_max_tokens = require_positive_integer(
             "eval_max_tokens", max_tokens if eval_max_tokens is None else eval_max_tokens
         )
         self.src_len_column, self.tgt_len_column = src_len_column, tgt_len_column

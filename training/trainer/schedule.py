@@ -28,17 +28,14 @@ from typing import Any
 import torch
 from transformers import TrainingArguments
 
+from training.common.checks import require_positive_integer
+
 logger = logging.getLogger(__name__)
 
 
-def _check_positive_int(name: str, value: object, why: str = "") -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}{why}")
-
-
 def _check(d_model: int, warmup_steps: int) -> None:
-    _check_positive_int("d_model", d_model)
-    _check_positive_int("warmup_steps", warmup_steps, ": the §5.3 schedule divides by it (the paper uses 4000)")
+    require_positive_integer("d_model", d_model)
+    require_positive_integer("warmup_steps", warmup_steps, ": the §5.3 schedule divides by it (the paper uses 4000)")
 
 
 def paper_lrate(step_num: int, d_model: int, warmup_steps: int) -> float:
@@ -107,9 +104,11 @@ class PaperScheduleTrainerMixin:
                 f"{from_args}; set one of them"
             )
         # checked before Trainer's (longer) set-up; d_model from the model's config is checked after it
-        _check_positive_int("warmup_steps", warmup_steps, ": the §5.3 schedule divides by it (the paper uses 4000)")
+        require_positive_integer(
+            "warmup_steps", warmup_steps, ": the §5.3 schedule divides by it (the paper uses 4000)"
+        )
         if d_model is not None:
-            _check_positive_int("d_model", d_model)
+            require_positive_integer("d_model", d_model)
         super().__init__(*args, **kwargs)
         self.warmup_steps = warmup_steps
         self.d_model = d_model if d_model is not None else int(self.model.config.d_model)
