@@ -22,7 +22,7 @@ the twin keeps its own. Each run records the real and the padded source + target
 steps; the report refuses systems whose counts differ.
 
 The systems.
-- "ours": `VaswaniForConditionalGeneration` through training/train.py's own Trainer set-up (`build_trainer`:
+- "ours": `VaswaniForConditionalGeneration` through `train`'s own Trainer set-up (training/trainer/build.py:
   VaswaniTrainer, the §5.3 schedule, ε_ls in the fused loss) under --recipe (configuration/recipe_small.json),
   only the budget (--max_steps, --max_tokens_per_step) and the seed overridden. Its default decoding is the paper's
   (beam 4, GNMT α 0.6, at most |source| + 50 tokens) on the average of the last `save_total_limit` checkpoints, as
@@ -341,7 +341,7 @@ def twin_trainer(trainer, tokenizer):
     from transformers import DataCollatorForSeq2Seq
     from transformers.trainer_callback import ProgressCallback
 
-    from training.train import rounded_progress_callback
+    from training.trainer.build import rounded_progress_callback
 
     _, TwinTrainer = marian_classes()
     twin = marian_twin_of(trainer.model, tokenizer)
@@ -400,7 +400,7 @@ def train_system(system: str, s: dict[str, Any], raw, tokenizer_dir: Path, args:
         shutil.rmtree(out)
     from accelerate import PartialState
 
-    from training.train import build_trainer, select_device
+    from training.trainer.build import build_trainer, select_device
 
     use_cpu = select_device(s)
     state = PartialState(cpu=use_cpu)

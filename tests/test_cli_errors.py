@@ -317,7 +317,9 @@ def test_saved_weights_follow_the_umask(inputs, model_folder, tmp_path):
 def test_evaluation_results_are_printed_rounded_and_kept_whole(capsys):
     from transformers import TrainerControl, TrainerState
 
-    callback = train.rounded_progress_callback()()
+    from training.trainer.build import rounded_progress_callback
+
+    callback = rounded_progress_callback()()
     callback.training_bar = type("Bar", (), {"write": lambda self, text: print(text)})()
     logs = {"eval_loss": 3.4567891234567, "eval_bleu": 12.345678901234, "epoch": 2.0}
     callback.on_log(None, TrainerState(), TrainerControl(), logs=logs)

@@ -17,8 +17,9 @@ try:
 except ImportError:  # tests/ is not a package: pytest put it on sys.path
     from tiny_runs import write_inputs
 from training.checkpoints.complete import COMPLETE_MARKER, last_complete_checkpoint
-from training.train import TRAINING_ARGUMENTS, parse_settings, setting_types
+from training.train import EXAMPLES, parse_settings, setting_types
 from training.train import main as train_main
+from training.trainer.build import TRAINING_ARGUMENTS
 
 REPO = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO), "TOKENIZERS_PARALLELISM": "false"}
@@ -167,10 +168,11 @@ def test_an_existing_run_is_never_overwritten_without_a_flag(data, tmp_path):
     assert (out / "notes.txt").read_text() == "mine"
 
 
-def test_short_run_saves_a_folder_that_loads_and_translates(data, tmp_path):
+def test_short_run_saves_a_folder_that_loads_and_translates(data, tmp_path, capsys):
     """The whole path on a small scale: train, validate with BLEU, save, reload with the Auto classes, pipeline."""
     out = tmp_path / "run"
     summary = train_main(args(data, out, "--max_steps", "30", "--eval_steps", "15", "--test_file", str(data["test"])))
+    printed = [line[2:].split("  →  ") for line in capsys.readouterr().out.splitlines() if "  →  " in line]
     assert summary["steps"] == 30 and summary["tokens_per_second"] > 0
     assert "eval_bleu" in summary["validation"] and "test_bleu" in summary["test"]
     assert summary["signatures"]["bleu"].startswith("nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:")
@@ -198,6 +200,11 @@ def test_short_run_saves_a_folder_that_loads_and_translates(data, tmp_path):
     ]  # the model's own decoding: beam 4, GNMT α = 0.6
     assert one == {"translation_text": expected[0]}
     assert many == [{"translation_text": e} for e in expected]
+    # the examples the run prints (training/inference/translation.py) are the model's own batched decoding
+    sources = [source for source, _ in printed]
+    assert sources == EXAMPLES["en"]
+    batch = model.generate(**tokenizer(sources, return_tensors="pt", padding=True))
+    assert [hyp for _, hyp in printed] == tokenizer.batch_decode(batch, skip_special_tokens=True)
 
 
 def _params(folder: Path) -> dict[str, torch.Tensor]:

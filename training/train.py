@@ -37,26 +37,23 @@ import argparse
 import json
 import os
 import re
-import shutil
 import sys
 import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, get_type_hints
 
-from training.checkpoints.complete import Problems, describe_all, find_resumable, move_aside
+from training.checkpoints.complete import move_aside
 from training.common.arguments import command_parser, parse_command
 from training.common.checks import language_problem, positive_integer_problem
 from training.common.errors import problems_message, run_command
 from training.common.files import follow_umask, project_file
+from training.data.prepare import describe_data, load_data, micro_batch_tokens
+from training.trainer.build import build_trainer, first_step_callback, select_device
+from training.trainer.run_folder import OutputFolder, check_output_dir
 
 DEFAULT_RECIPE = "configuration/recipe_tiny.json"
 DEVICE_RE = re.compile(r"^(cpu|cuda|cuda:\d+)$")
-USER_TENSORBOARD_DIR = os.environ.get("TENSORBOARD_LOGGING_DIR")
-# the settings handed to Seq2SeqTrainingArguments under their own names (build_trainer)
-TRAINING_ARGUMENTS = ("max_steps", "gradient_accumulation_steps", "adam_beta1", "adam_beta2", "adam_epsilon",
-                      "label_smoothing_factor", "max_grad_norm", "bf16", "fp16", "seed", "logging_steps",
-                      "eval_steps", "save_steps", "save_total_limit", "dataloader_num_workers")  # fmt: skip
 EXAMPLES = {"en": ["I bought forty-five books on Monday.", "on March 5, 2021", "three hundred forty-two apples"]}
 
 
@@ -275,7 +272,7 @@ def check_settings(s: dict[str, Any]) -> dict[str, Any]:
     if problems:  # the checks below compare numbers
         raise SystemExit(problems_message("bad settings", problems))
     world = int(os.environ.get("WORLD_SIZE", "1"))
-    per_micro_step = s["max_tokens_per_step"] // (world * s["gradient_accumulation_steps"])
+    per_micro_step = micro_batch_tokens(s, world)
     if per_micro_step < s["max_length"]:
         problems.append(
             f"max_tokens_per_step {s['max_tokens_per_step']} over {world} process(es) x "
@@ -335,280 +332,6 @@ def model_config_problems(path: Path) -> list[str]:
     return []
 
 
-def select_device(s: dict[str, Any]) -> bool:
-    """Make `--device` take effect; returns whether to run on the CPU. SystemExit if the device is not there."""
-    device = s.get("device")
-    if device is not None and device.startswith("cuda:"):
-        # one GPU for this (single) process: the ordinary way, before CUDA is first used
-        os.environ["CUDA_VISIBLE_DEVICES"] = device.split(":", 1)[1]
-    import torch
-
-    if device is not None and device.startswith("cuda") and not torch.cuda.is_available():
-        raise SystemExit(f"--device {device}: no CUDA GPU is visible to torch")
-    use_cpu = device == "cpu" or os.environ.get("ACCELERATE_USE_CPU", "").lower() in ("1", "true", "yes")
-    return use_cpu or not torch.cuda.is_available()
-
-
-def check_output_dir(s: dict[str, Any]) -> tuple[Path | None, list[Problems]]:
-    """Refuse to mix runs: a non-empty output_dir needs --resume or --overwrite_output_dir. Nothing is written.
-
-    With --resume: the newest checkpoint whose every file is present and intact (training/checkpoints/complete.py), and the
-    newer ones that are not, to be moved aside once the run starts."""
-    out = Path(s["output_dir"])
-    if s.get("resume") and s.get("overwrite_output_dir"):
-        raise SystemExit("--resume and --overwrite_output_dir contradict each other")
-    if out.exists() and not out.is_dir():
-        raise SystemExit(f"--output_dir {out} is a file")
-    if s.get("resume"):
-        checkpoint, rejected = find_resumable(out)
-        if checkpoint is None:
-            found = f" ({describe_all(rejected)})" if rejected else ""
-            raise SystemExit(
-                f"--resume: no complete checkpoint in {out}{found}; nothing was changed. Start again with "
-                "--overwrite_output_dir, or restore the files named"
-            )
-        saved = json.loads((checkpoint / "config.json").read_text())
-        wanted = json.loads(Path(s["model_config"]).read_text())
-        diff = [
-            k
-            for k in wanted
-            if k not in ("vocab_size", "architectures", "label_smoothing") and saved.get(k) != wanted[k]
-        ]
-        if diff:
-            raise SystemExit(
-                f"--resume: {checkpoint} is from another model ({', '.join(f'{k}={saved.get(k)!r}' for k in diff)}"
-                f" where {s['model_config']} says {', '.join(f'{k}={wanted[k]!r}' for k in diff)})"
-            )
-        return checkpoint, rejected
-    if out.exists() and any(out.iterdir()) and not s.get("overwrite_output_dir"):
-        raise SystemExit(f"{out} is not empty: pass --resume to continue that run or --overwrite_output_dir")
-    return None, []
-
-
-class OutputFolder:
-    """The run folder, left as it was found if the run fails before training starts (bad data, a tokenizer that
-    does not fit the model, ...): a folder this run created is removed, one that --overwrite_output_dir replaces is
-    only moved aside until training starts, and put back on failure."""
-
-    def __init__(self, path: Path, overwrite: bool, is_main: bool) -> None:
-        self.path, self.is_main = path, is_main
-        self.existed = path.exists()
-        self.was_empty = self.existed and not any(path.iterdir())
-        self.replaced: Path | None = None
-        if is_main and overwrite and self.existed and any(path.iterdir()):
-            self.replaced = move_aside(path, ".replaced")
-            self.existed = False
-        if is_main:
-            path.mkdir(parents=True, exist_ok=True)
-
-    def started(self) -> None:
-        """Training has started: the replaced run is gone for good."""
-        if self.is_main and self.replaced is not None:
-            shutil.rmtree(self.replaced)
-            self.replaced = None
-
-    def failed(self) -> None:
-        if not self.is_main:
-            return
-        if self.replaced is not None:
-            shutil.rmtree(self.path, ignore_errors=True)
-            self.replaced.rename(self.path)
-        elif not self.existed:
-            shutil.rmtree(self.path, ignore_errors=True)
-        elif self.was_empty:
-            for child in self.path.iterdir():
-                shutil.rmtree(child) if child.is_dir() else child.unlink()
-
-
-def load_data(s: dict[str, Any]):
-    """The splits as `training.data.parallel.load_parallel` loads them (every file checked and read before anything is
-    written); under --streaming the train split is a `datasets.IterableDataset` (training/data/streaming.py) and only the
-    validation and test splits are loaded ahead."""
-    import datasets
-
-    from training.data.parallel import load_parallel
-
-    common = {"source_lang": s["source_lang"], "target_lang": s["target_lang"]}
-    if not s.get("streaming"):
-        return load_parallel(
-            dataset_name=s.get("dataset_name"),
-            dataset_config=s.get("dataset_config"),
-            train_file=s.get("train_file"),
-            validation_file=s.get("validation_file"),
-            test_file=s.get("test_file"),
-            **common,
-        )
-    from training.data.streaming import stream_parallel
-
-    if s.get("train_file"):
-        files = {k: s[f"{k}_file"] for k in ("validation", "test") if s.get(f"{k}_file")}
-        raw = load_parallel(data_files=files, **common) if files else datasets.DatasetDict()
-    else:
-        builder = datasets.load_dataset_builder(s["dataset_name"], s.get("dataset_config"))
-        splits = [k for k in ("validation", "test") if k in (builder.info.splits or {})]
-        raw = load_parallel(s["dataset_name"], s.get("dataset_config"), splits=splits, **common) if splits else None
-        raw = raw or datasets.DatasetDict()
-    raw["train"] = stream_parallel(
-        s.get("dataset_name"), s.get("dataset_config"), train_file=s.get("train_file"), **common
-    )
-    return raw
-
-
-def describe_data(s: dict[str, Any], splits: list[str]) -> str:
-    files = [str(s[f"{split}_file"]) for split in splits if s.get(f"{split}_file")]
-    return ", ".join(files) if files else f"dataset {s.get('dataset_name')!r}"
-
-
-def stream_bpe(stream, s: dict[str, Any]):
-    """The shared BPE of a streamed training set: from its first `bpe_max_pairs` pairs (a stream cannot be sampled
-    without reading it all); logged, and recorded in run_summary.json."""
-    import logging
-
-    from training.data.streaming import iter_stream_texts
-    from training.data.tokenizer import BPE_MAX_PAIRS, train_tokenizer
-
-    pairs = s.get("bpe_max_pairs", BPE_MAX_PAIRS)
-    started = time.perf_counter()
-    logging.getLogger("training.data.tokenizer").warning(
-        "shared BPE of a stream: learning from its first %d pairs at most (--bpe_max_pairs)", pairs
-    )
-    batches = iter_stream_texts(stream, s["source_lang"], s["target_lang"], pairs)
-    tokenizer = train_tokenizer((t for batch in batches for t in batch), s["vocab_size"])
-    info = {"first_pairs_of_stream": pairs, "sampled": True, "cached": False}
-    return tokenizer, {**info, "seconds": round(time.perf_counter() - started, 2)}
-
-
-def build_trainer(s: dict[str, Any], state, raw, out: Path, use_cpu: bool, checkpoint: Path | None = None):
-    """Tokenizer, tokenized data, model and VaswaniTrainer: the part of a run that writes into the run folder before
-    training starts (main() undoes it if this fails). Returns (trainer, data, tokenizer, drop statistics, the
-    sacreBLEU signatures filled by evaluation)."""
-    import numpy as np
-    import torch
-    from transformers import AutoTokenizer, DataCollatorForSeq2Seq, Seq2SeqTrainingArguments
-    from transformers.trainer_callback import ProgressCallback
-
-    import modeling_vaswani
-    from training.data.parallel import tokenize_pairs
-    from training.data.tokenizer import BPE_MAX_PAIRS, shared_bpe
-    from training.evaluation.metrics import compute_bleu_chrf
-    from training.trainer.trainer import VaswaniTrainer
-
-    src, tgt = s["source_lang"], s["target_lang"]
-    tokenizer_dir = out / "tokenizer"
-    preparation = {"load_seconds": s.pop("_load_seconds", None)}
-    started = time.perf_counter()
-    stream = raw.pop("train") if s.get("streaming") else None
-    with state.main_process_first():  # one process trains the BPE and maps the data; the others read the caches
-        if not (tokenizer_dir / "tokenizer.json").is_file():
-            if stream is not None:
-                bpe, preparation["bpe"] = stream_bpe(stream, s)
-            else:
-                bpe, preparation["bpe"] = shared_bpe(
-                    raw["train"], src, tgt, s["vocab_size"], max_pairs=s.get("bpe_max_pairs", BPE_MAX_PAIRS)
-                )
-            bpe.save_pretrained(tokenizer_dir)
-        else:
-            preparation["bpe"] = {"from": str(tokenizer_dir)}
-        tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
-        tokenized = time.perf_counter()
-        data = tokenize_pairs(raw, tokenizer, src, tgt, s["max_length"], s.get("num_proc"))
-        drop_stats = data.stats
-    world = state.num_processes
-    per_micro_step = s["max_tokens_per_step"] // (world * s["gradient_accumulation_steps"])
-    if stream is not None:
-        from training.data.streaming import CHUNK_PAIRS, TokenBudgetStream, load_position
-
-        position = load_position(checkpoint, state.process_index) if checkpoint is not None else None
-        if checkpoint is not None and position is None:
-            raise SystemExit(f"--resume --streaming: {checkpoint} has no stream position (was it a streaming run?)")
-        data["train"] = TokenBudgetStream(
-            stream,
-            tokenizer,
-            src,
-            tgt,
-            s["max_length"],
-            per_micro_step,
-            seed=s["seed"],
-            chunk_pairs=s.get("stream_chunk_pairs", CHUNK_PAIRS),
-            rank=state.process_index,
-            world_size=world,
-            position=position,
-        )
-        drop_stats = {**drop_stats, "train": data["train"].stats}  # filled as the stream is read
-    preparation["tokenize_seconds"] = round(time.perf_counter() - tokenized, 2)
-    preparation["bpe_and_tokenize_seconds"] = round(time.perf_counter() - started, 2)
-    if stream is None and len(data["train"]) == 0:
-        raise SystemExit(
-            f"no training pair left: all {drop_stats['train']['pairs']:,} are empty or longer than max_length "
-            f"{s['max_length']} tokens"
-        )
-    if s.get("max_train_samples"):
-        data["train"] = data["train"].select(range(min(s["max_train_samples"], len(data["train"]))))
-    if "validation" in data and s.get("max_eval_samples"):
-        data["validation"] = data["validation"].select(range(min(s["max_eval_samples"], len(data["validation"]))))
-
-    config = modeling_vaswani.VaswaniConfig.from_json_file(s["model_config"])
-    config.vocab_size = len(tokenizer)
-    config.fused_loss = s["fused_loss"]  # training loss without whole (tokens × vocab) logits
-    special = {
-        "pad": (config.pad_token_id, tokenizer.pad_token_id),
-        "bos": (config.bos_token_id, tokenizer.bos_token_id),
-        "eos": (config.eos_token_id, tokenizer.eos_token_id),
-    }
-    if any(a != b for a, b in special.values()):
-        raise SystemExit(f"the tokenizer's special ids differ from the model config's: {special}")
-    torch.manual_seed(s["seed"])
-    model = modeling_vaswani.VaswaniForConditionalGeneration(config).use_paper_decoding()  # §6.1, saved with it
-
-    # transformers 5 takes TensorBoard's folder from the environment; a user's own setting wins
-    os.environ["TENSORBOARD_LOGGING_DIR"] = USER_TENSORBOARD_DIR or str(out / "tensorboard")
-    training_args = Seq2SeqTrainingArguments(
-        **{name: s.get(name) for name in TRAINING_ARGUMENTS},  # ε_ls among them: the model's own loss stays plain CE
-        output_dir=str(out),
-        per_device_train_batch_size=1,  # unused: batches are token budgets (training/trainer/batching.py)
-        per_device_eval_batch_size=32,  # predict() and evaluation under DDP use fixed-size batches
-        learning_rate=s["lr_scale"],  # the §5.3 schedule's multiplier (training/trainer/schedule.py)
-        weight_decay=0.0,
-        eval_strategy="steps" if "validation" in data else "no",
-        save_strategy="steps",
-        predict_with_generate=True,
-        report_to=["tensorboard"],
-        data_seed=s["seed"],
-        remove_unused_columns=False,
-        ignore_data_skip=stream is not None,  # a stream resumes at its saved position (training/data/streaming.py)
-        disable_tqdm=False,
-        use_cpu=use_cpu,
-    )
-
-    signatures: dict[str, str] = {}
-
-    def compute_metrics(prediction) -> dict[str, float]:
-        preds = np.where(prediction.predictions < 0, tokenizer.pad_token_id, prediction.predictions)
-        labels = np.where(prediction.label_ids < 0, tokenizer.pad_token_id, prediction.label_ids)
-        hyps = tokenizer.batch_decode(preds, skip_special_tokens=True)
-        refs = tokenizer.batch_decode(labels, skip_special_tokens=True)
-        scores = compute_bleu_chrf(hyps, refs)
-        signatures.update(bleu=scores["signature"], chrf=scores["chrf_signature"])
-        return {"bleu": scores["bleu"], "chrf": scores["chrf"]}
-
-    trainer = VaswaniTrainer(
-        model=model,
-        args=training_args,
-        train_dataset=data["train"],
-        eval_dataset=data.get("validation"),
-        data_collator=DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=-100),
-        processing_class=tokenizer,
-        compute_metrics=compute_metrics,
-        max_tokens=per_micro_step,
-        d_model=config.d_model,
-        warmup_steps=s["warmup_steps"],
-    )
-    trainer.remove_callback(ProgressCallback)
-    trainer.add_callback(rounded_progress_callback())
-    trainer.data_preparation = preparation
-    return trainer, data, tokenizer, drop_stats, signatures
-
-
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     s = parse_settings(argv)
     use_cpu = select_device(s)
@@ -624,14 +347,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     loading = time.perf_counter()
     with state.main_process_first():  # the main process converts the files to Arrow; the others map that file
         raw = load_data(s)
-    s["_load_seconds"] = round(time.perf_counter() - loading, 2)
+    load_seconds = round(time.perf_counter() - loading, 2)
     empty = [split for split, part in raw.items() if hasattr(part, "__len__") and len(part) == 0]
     if empty:
         raise SystemExit(f"no pairs in the {', '.join(empty)} split(s) of {describe_data(s, empty)}")
     folder = OutputFolder(out, bool(s.get("overwrite_output_dir")), state.is_main_process)
     state.wait_for_everyone()
     try:
-        trainer, data, tokenizer, drop_stats, signatures = build_trainer(s, state, raw, out, use_cpu, checkpoint)
+        built = build_trainer(s, state, raw, out, use_cpu, checkpoint, load_seconds)
+        trainer, data, tokenizer, drop_stats, signatures = built
     except BaseException:
         folder.failed()
         raise
@@ -708,48 +432,16 @@ def print_summary(summary: dict[str, Any], out: Path) -> None:
 
 
 def translate_examples(folder: Path, source_lang: str) -> None:
-    """Reload the saved folder the way a user would and translate a few inputs."""
-    import torch
-    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+    """Reload the saved folder the way a user would (the Auto classes) and translate a few inputs on the CPU, through
+    the path of `evaluate` and `translate` (training/inference/translation.py) with the folder's decoding."""
+    from training.inference.translation import load_model, translate_batched
 
-    tokenizer = AutoTokenizer.from_pretrained(folder)
-    model = AutoModelForSeq2SeqLM.from_pretrained(folder).eval()
+    model, tokenizer = load_model(str(folder), device="cpu")
     sources = EXAMPLES.get(source_lang, ["Hello world."])
-    batch = tokenizer(sources, return_tensors="pt", padding=True)
-    with torch.no_grad():
-        out = model.generate(**batch)
     print(f"\nreloaded {folder} with AutoModelForSeq2SeqLM + AutoTokenizer; beam 4, α = 0.6:")
-    for source, hyp in zip(sources, tokenizer.batch_decode(out, skip_special_tokens=True), strict=True):
+    for source, hyp in zip(sources, translate_batched(model, tokenizer, sources, progress=False), strict=True):
         print(f"  {source}  →  {hyp}")
     sys.stdout.flush()
-
-
-def first_step_callback(started: float):
-    """A callback that records the seconds from `started` (time.time() at the command's start) to the end of the
-    first optimizer step this process takes: how long data preparation and setup keep training waiting."""
-    from transformers import TrainerCallback
-
-    class FirstStep(TrainerCallback):
-        seconds: float | None = None
-
-        def on_step_end(self, args, state, control, **kwargs):
-            if self.seconds is None:
-                self.seconds = round(time.time() - started, 2)
-
-    return FirstStep()
-
-
-def rounded_progress_callback():
-    """The progress bar of training/trainer/trainer.py, with evaluation results printed to 4 significant digits instead of
-    16 (trainer_state.json and run_summary.json keep full precision: the callback gets a copy)."""
-    from training.trainer.trainer import PostfixProgressCallback
-
-    class RoundedProgressCallback(PostfixProgressCallback):
-        def on_log(self, args, state, control, logs=None, **kwargs):
-            shown = {k: float(f"{v:.4g}") if isinstance(v, float) else v for k, v in (logs or {}).items()}
-            return super().on_log(args, state, control, logs=shown, **kwargs)
-
-    return RoundedProgressCallback
 
 
 if __name__ == "__main__":
