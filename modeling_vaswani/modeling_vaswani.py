@@ -43,6 +43,7 @@ from transformers.utils.deprecation import deprecate_kwarg
 from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
+from .checks_vaswani import check_shapes, check_token_ids_in_forward
 from .configuration_vaswani import VaswaniConfig
 from .generation_vaswani import SourceLengthCriteria, decode, uses_decode
 from .kernels_vaswani import VaswaniLinear, set_cpu_kernel
@@ -73,69 +74,6 @@ def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_to
     shifted = labels.new_full(labels.shape, decoder_start_token_id)
     shifted[:, 1:] = labels[:, :-1]
     return shifted.masked_fill_(shifted == -100, pad_token_id)
-
-
-def check_shapes(ids: torch.Tensor | None, mask: torch.Tensor | None, name: str, past: int = 0) -> None:
-    """An empty batch or a mask of another shape fails here, with its name, not deep inside torch.
-
-    A 2-D mask must be (batch, past + length); a 4-D mask is taken as a ready-made attention mask.
-    """
-    if ids is not None and (ids.dim() != 2 or ids.shape[0] == 0 or ids.shape[1] == 0):
-        raise ValueError(f"{name} must be a non-empty (batch, length) tensor, got shape {tuple(ids.shape)}")
-    if ids is not None and mask is not None and mask.dim() != 4:
-        expected = (ids.shape[0], past + ids.shape[1])
-        if tuple(mask.shape) != expected:
-            raise ValueError(f"the attention mask of {name} has shape {tuple(mask.shape)}, expected {expected}")
-
-
-def check_token_ids(
-    module: nn.Module, ids: torch.Tensor, vocab_size: int, name: str, ignore_index: int | None = None
-) -> torch.Tensor:
-    """Token ids outside [0, vocab_size) raise a ValueError naming `name`, never an index error or a device assert.
-
-    On the CPU, and on an accelerator outside training, the check is exact and immediate. A training step on an
-    accelerator must not wait for the host, so there the ids are checked on the device, bad ids are replaced by 0
-    for this call (no device-side assert), and the ValueError is raised by the next call, once the flag has
-    reached the host without a sync.
-    """
-    if is_torchdynamo_compiling():
-        return ids
-    bad = (ids < 0) | (ids >= vocab_size)
-    if ignore_index is not None:
-        bad &= ids != ignore_index
-    if ids.device.type == "cpu" or not torch.is_grad_enabled():
-        if bad.any():
-            raise ValueError(f"{name} holds token id {ids[bad][0].item()}, outside [0, vocab_size={vocab_size})")
-        return ids
-    if "_id_flags" not in module.__dict__:
-        module._id_flags = _DeferredIdCheck()
-    module._id_flags.raise_if_flagged()
-    module._id_flags.push(bad.any(), name, vocab_size)
-    return ids.masked_fill(bad, 0)
-
-
-class _DeferredIdCheck:
-    """Flags of out-of-range ids, copied device → host without a sync and read when they have arrived."""
-
-    def __init__(self) -> None:
-        self.pending: list[tuple[torch.Tensor, torch.cuda.Event | None, str, int]] = []
-
-    def push(self, flag: torch.Tensor, name: str, vocab_size: int) -> None:
-        on_cuda = flag.device.type == "cuda"
-        host = torch.empty((), dtype=torch.bool, pin_memory=on_cuda)
-        host.copy_(flag, non_blocking=True)
-        event = torch.cuda.Event() if on_cuda else None
-        if event is not None:
-            event.record()
-        self.pending.append((host, event, name, vocab_size))
-
-    def raise_if_flagged(self) -> None:
-        arrived = [p for p in self.pending if p[1] is None or p[1].query()]
-        self.pending = [p for p in self.pending if p not in arrived]
-        for host, _, name, size in arrived:
-            if bool(host):
-                self.pending = []
-                raise ValueError(f"a previous call's {name} held token ids outside [0, vocab_size={size})")
 
 
 def eager_attention_forward(
@@ -374,7 +312,7 @@ class VaswaniEncoder(VaswaniPreTrainedModel):
             raise ValueError("pass exactly one of input_ids or inputs_embeds")
         check_shapes(input_ids, attention_mask, "input_ids")
         if inputs_embeds is None:
-            input_ids = check_token_ids(self, input_ids, self.config.vocab_size, "input_ids")
+            check_token_ids_in_forward(input_ids, self.config.vocab_size, "input_ids")
             inputs_embeds = self.embed_tokens(input_ids)
         elif inputs_embeds.shape[0] == 0:
             raise ValueError("inputs_embeds is an empty batch")
@@ -425,7 +363,7 @@ class VaswaniDecoder(VaswaniPreTrainedModel):
         if not is_torchdynamo_compiling():  # compiled code branches on no value (tests/test_generation_contracts.py)
             check_shapes(input_ids, attention_mask, "decoder_input_ids", past)
             if inputs_embeds is None and past == 0:  # later decoding steps feed back the model's own predictions
-                input_ids = check_token_ids(self, input_ids, self.config.vocab_size, "decoder_input_ids")
+                check_token_ids_in_forward(input_ids, self.config.vocab_size, "decoder_input_ids")
         if inputs_embeds is None:
             inputs_embeds = self.embed_tokens(input_ids)
         B, T = inputs_embeds.shape[:2]
@@ -595,7 +533,7 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
     ) -> VaswaniSeq2SeqLMOutput:
         if labels is not None:
             check_shapes(labels, None, "labels")
-            labels = check_token_ids(self, labels, self.config.vocab_size, "labels", ignore_index=-100)
+            check_token_ids_in_forward(labels, self.config.vocab_size, "labels", ignore_index=-100)
             use_cache = False
             if decoder_input_ids is None and decoder_inputs_embeds is None:
                 decoder_input_ids = self.prepare_decoder_input_ids_from_labels(labels)

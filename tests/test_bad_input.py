@@ -230,7 +230,22 @@ def test_source_of_2000_tokens(model):
     assert generated[0, 0] == model.config.decoder_start_token_id
 
 
-# ---- accelerator: exact outside training, deferred by one call on a training step ----
+def test_checks_keep_no_state_on_the_model(model, src, tgt):
+    """A refused batch leaves nothing behind on any module (no deferred flags): the next good call runs as before."""
+    before = {name: set(vars(module)) for name, module in model.named_modules()}
+    bad = src.clone()
+    bad[0, 0] = VOCAB
+    with torch.no_grad():
+        reference = model(input_ids=src, decoder_input_ids=tgt).logits
+    for grad in (False, True):
+        with torch.set_grad_enabled(grad), pytest.raises(ValueError, match="input_ids holds token id"):
+            model(input_ids=bad, decoder_input_ids=tgt)
+    assert {name: set(vars(module)) for name, module in model.named_modules()} == before
+    with torch.no_grad():
+        assert torch.equal(model(input_ids=src, decoder_input_ids=tgt).logits, reference)
+
+
+# ---- accelerator: checked outside autograd; a training step's batch is checked by the collator (tests/test_batching.py)
 
 CUDA_CHILD = textwrap.dedent(
     """
@@ -246,7 +261,7 @@ CUDA_CHILD = textwrap.dedent(
     def run(name, fn):
         try:
             value = fn()
-            torch.cuda.synchronize()  # a device-side assert would surface here; the deferred flag has now arrived
+            torch.cuda.synchronize()  # a device-side assert would surface here
             steps.append([name, "ok", value])
         except Exception as err:
             steps.append([name, type(err).__name__, str(err)[:300]])
@@ -254,6 +269,13 @@ CUDA_CHILD = textwrap.dedent(
     def inference(ids):
         with torch.no_grad():
             return model.eval()(input_ids=ids, decoder_input_ids=good).logits.isfinite().all().item()
+
+    def evaluation_loss(ids, labels):
+        with torch.no_grad():
+            return model.eval()(input_ids=ids, labels=labels).loss.isfinite().item()
+
+    def generate(ids):
+        return model.eval().generate(ids, max_new_tokens=3).shape[0]
 
     def train_step(ids, labels):
         model.train().zero_grad()
@@ -265,11 +287,9 @@ CUDA_CHILD = textwrap.dedent(
         bad_ids = good.clone()
         bad_ids[0, 2] = bad
         run(f"inference {bad}", lambda: inference(bad_ids))
-        run(f"train {bad}", lambda: train_step(bad_ids, good))
-        run(f"train next {bad}", lambda: train_step(good, good))
+        run(f"labels {bad}", lambda: evaluation_loss(good, bad_ids))
+        run(f"generate {bad}", lambda: generate(bad_ids))
         run(f"train after {bad}", lambda: train_step(good, good))
-        run(f"labels {bad}", lambda: train_step(good, bad_ids))
-        run(f"labels next {bad}", lambda: train_step(good, good))
         run(f"inference after {bad}", lambda: inference(good))
     print(json.dumps(steps))
     """
@@ -278,7 +298,8 @@ CUDA_CHILD = textwrap.dedent(
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_cuda_bad_ids_value_error_not_device_assert():
-    """On CUDA: inference raises at once; a training step raises at the next call; never a device-side assert.
+    """On CUDA outside autograd (inference, evaluation loss, generate): a ValueError at once, never a device-side
+    assert, and the process's CUDA context stays usable for training and inference.
 
     Run in a child process: a device-side assert would leave this process's CUDA context unusable.
     """
@@ -293,15 +314,9 @@ def test_cuda_bad_ids_value_error_not_device_assert():
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
     steps = {name: (outcome, detail) for name, outcome, detail in json.loads(proc.stdout.strip().splitlines()[-1])}
-    previous = rf"a previous call's {{}} held token ids outside \[0, vocab_size={VOCAB}\)"
     for bad in bad_values:
-        outcome, detail = steps[f"inference {bad}"]
-        assert outcome == "ValueError" and re.search(rf"input_ids holds token id {bad}\b", detail), (bad, detail)
-        assert steps[f"train {bad}"] == ("ok", True), steps  # bad ids masked for this call: no assert
-        outcome, detail = steps[f"train next {bad}"]
-        assert outcome == "ValueError" and re.search(previous.format("input_ids"), detail), (bad, detail)
+        for step, name in (("inference", "input_ids"), ("labels", "labels"), ("generate", "input_ids")):
+            outcome, detail = steps[f"{step} {bad}"]
+            assert outcome == "ValueError" and re.search(rf"{name} holds token id {bad}\b", detail), (step, detail)
         assert steps[f"train after {bad}"] == ("ok", True), steps
-        assert steps[f"labels {bad}"] == ("ok", True), steps
-        outcome, detail = steps[f"labels next {bad}"]
-        assert outcome == "ValueError" and re.search(previous.format("labels"), detail), (bad, detail)
         assert steps[f"inference after {bad}"] == ("ok", True), steps

@@ -461,6 +461,48 @@ def test_collated_batches_over_the_budget_are_refused():
     assert collate([{"input_ids": [5] * 4, "labels": [6] * 3}])["input_ids"].shape == (1, 4)
 
 
+@pytest.mark.parametrize(
+    "feature, name, bad",
+    [
+        ({"input_ids": [5, 6, VOCAB], "labels": [6, 2]}, "input_ids", VOCAB),
+        ({"input_ids": [5, -3], "labels": [6, 2]}, "input_ids", -3),
+        ({"input_ids": [5, 6], "labels": [6, VOCAB + 7]}, "labels", VOCAB + 7),
+    ],
+    ids=["input_ids-high", "input_ids-negative", "labels"],
+)
+def test_collated_batches_with_token_ids_outside_the_vocabulary_are_refused(feature, name, bad):
+    """Given the vocabulary size, the collator checks every id tensor on the CPU; -100 (padded labels) passes."""
+    collate = BudgetCheckedCollator(DataCollatorForSeq2Seq(tokenizer(), label_pad_token_id=-100), 64, VOCAB)
+    good = {"input_ids": [5, 6, 7, 8], "labels": [6, 7, 8, 9, 2]}  # pads the other row's labels with -100
+    with pytest.raises(ValueError, match=rf"^{name} holds token id {bad}, outside \[0, vocab_size={VOCAB}\)$"):
+        collate([good, feature])
+    batch = collate([good, {"input_ids": [5, 6], "labels": [6, 2]}])
+    assert (batch["labels"] == -100).any()
+    assert BudgetCheckedCollator(collate.collate_fn, 64)([good, feature])  # no vocabulary size given: no check
+
+
+def test_collated_decoder_input_ids_outside_the_vocabulary_are_refused():
+    """A collator that passes decoder_input_ids through (DataCollatorForSeq2Seq makes them from the labels)."""
+    stack = lambda features: {k: torch.tensor([f[k] for f in features]) for k in features[0]}  # noqa: E731
+    collate = BudgetCheckedCollator(stack, 64, VOCAB)
+    rows_ = [{"input_ids": [5, 6], "decoder_input_ids": [0, 7]}, {"input_ids": [5, 6], "decoder_input_ids": [0, VOCAB]}]
+    with pytest.raises(ValueError, match=rf"^decoder_input_ids holds token id {VOCAB}, outside"):
+        collate(rows_)
+    assert collate(rows_[:1])["decoder_input_ids"].tolist() == [[0, 7]]
+
+
+def test_trainer_refuses_a_batch_with_an_unknown_token_id_before_the_step(tmp_path):
+    """The trainer's collator knows the model's vocabulary: the bad batch stops before any training step runs (the
+    check an accelerator's training step relies on, since `forward` checks ids there only outside autograd)."""
+    dataset = rows([3, 5, 4], [3, 5, 4]).map(
+        lambda row, i: {"input_ids": row["input_ids"][:-1] + [VOCAB + 3]} if i == 1 else row, with_indices=True
+    )
+    trainer = make(tmp_path, dataset)
+    with pytest.raises(ValueError, match=rf"input_ids holds token id {VOCAB + 3}, outside \[0, vocab_size={VOCAB}\)"):
+        trainer.train()
+    assert trainer.seen == []  # the collator refused it, not the model's forward inside a step
+
+
 def test_evaluation_uses_length_sorted_token_budget_batches(tmp_path):
     src, tgt = lengths(40, seed=6)
     dataset = rows(src, tgt)

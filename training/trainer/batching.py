@@ -55,6 +55,7 @@ from accelerate.data_loader import BatchSamplerShard
 from torch.utils.data import DataLoader, Sampler
 from transformers.trainer_utils import seed_worker
 
+from modeling_vaswani.checks_vaswani import check_token_ids
 from training.common.checks import require_positive_integer
 
 logger = logging.getLogger(__name__)
@@ -164,17 +165,29 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
 
 
 class BudgetCheckedCollator:
-    """Calls `collate_fn`, then refuses a batch whose padded `input_ids` or `labels` exceed `max_tokens`.
+    """Calls `collate_fn`, then refuses a batch whose padded `input_ids` or `labels` exceed `max_tokens`, or, given
+    `vocab_size`, whose token ids fall outside [0, vocab_size) (labels: other than -100).
 
     The sampler trusts the length columns; this catches columns that do not match the tokenized pairs, or a
-    collator that pads further than the sampler was told, at the first batch instead of as an out-of-memory.
+    collator that pads further than the sampler was told, at the first batch instead of as an out-of-memory. The
+    token ids are checked here, on the CPU, once per batch: the model checks them in `forward` only where that costs
+    no sync (modeling_vaswani/checks_vaswani.py), so a training step on an accelerator relies on this check.
     """
 
-    def __init__(self, collate_fn: Callable[[list[dict[str, Any]]], dict[str, Any]], max_tokens: int):
-        self.collate_fn, self.max_tokens = collate_fn, max_tokens
+    def __init__(
+        self,
+        collate_fn: Callable[[list[dict[str, Any]]], dict[str, Any]],
+        max_tokens: int,
+        vocab_size: int | None = None,
+    ):
+        self.collate_fn, self.max_tokens, self.vocab_size = collate_fn, max_tokens, vocab_size
 
     def __call__(self, features: list[dict[str, Any]]) -> dict[str, Any]:
         batch = self.collate_fn(features)
+        if self.vocab_size is not None:
+            for key, ignore in (("input_ids", None), ("decoder_input_ids", None), ("labels", -100)):
+                if isinstance(batch.get(key), torch.Tensor):
+                    check_token_ids(batch[key], self.vocab_size, key, ignore_index=ignore)
         for key in ("input_ids", "labels"):
             value = batch.get(key)
             if isinstance(value, torch.Tensor) and value.numel() > self.max_tokens:
@@ -333,6 +346,10 @@ class TokenBudgetTrainerMixin:
             consumed = self.state.global_step * self.args.gradient_accumulation_steps
             save_position(folder, self.args.process_index, self.train_dataset.position_after(consumed))
 
+    def _vocab_size(self) -> int | None:
+        """The model's vocabulary size, for the collator's token-id check (None: a model without one, unchecked)."""
+        return getattr(getattr(self.model, "config", None), "vocab_size", None)
+
     def _pad_multiple(self) -> int:
         return getattr(self.data_collator, "pad_to_multiple_of", None) or 1
 
@@ -350,7 +367,7 @@ class TokenBudgetTrainerMixin:
         args = self.args
         params: dict[str, Any] = {  # as Trainer._get_dataloader, with a batch sampler
             "batch_sampler": sampler,
-            "collate_fn": BudgetCheckedCollator(self.data_collator, max_tokens),
+            "collate_fn": BudgetCheckedCollator(self.data_collator, max_tokens, self._vocab_size()),
             "num_workers": args.dataloader_num_workers,
             "pin_memory": args.dataloader_pin_memory,
             "persistent_workers": args.dataloader_persistent_workers,
@@ -380,7 +397,7 @@ class TokenBudgetTrainerMixin:
         if _is_stream(self.train_dataset):  # training/data/streaming.py: batches made by the stream, one process each
             if self.args.dataloader_num_workers:
                 raise ValueError("a streamed training set is read in the training process: set num_workers to 0")
-            collate = BudgetCheckedCollator(self.data_collator, self.max_tokens)
+            collate = BudgetCheckedCollator(self.data_collator, self.max_tokens, self._vocab_size())
             return DataLoader(self.train_dataset, batch_size=None, collate_fn=collate)
         shuffle = self.args.train_sampling_strategy != "sequential"
         return self._token_budget_dataloader(self.train_dataset, "training", self.max_tokens, shuffle, True)
