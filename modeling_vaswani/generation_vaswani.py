@@ -21,6 +21,8 @@ continue from), per-step attentions or hidden states requested, beam sampling (i
 a logits processor or stopping criterion not known to treat each row on its own (e.g. `prefix_allowed_tokens_fn`,
 whose callback receives batch indices).
 
+`paper_generate_kwargs` is what `VaswaniForConditionalGeneration.generate` adds to `GenerationMixin.generate`.
+
 This file travels to the Hub as remote code with `modeling_vaswani.py`, which imports it relatively.
 """
 
@@ -131,6 +133,47 @@ def uses_decode(generation_config, kwargs: dict) -> bool:
     get = lambda key: kwargs.get(key, getattr(generation_config, key, None))  # noqa: E731
     cache = kwargs.get("cache", kwargs.get("past_key_values"))
     return not get("return_dict_in_generate") and get("cache_implementation") is None and cache is None
+
+
+def paper_generate_kwargs(model, inputs, generation_config, kwargs: dict) -> dict:
+    """`generate()`'s keyword arguments with §6.1's rules added: at most |source| + `max_length_over_source` tokens
+    per sentence unless `max_length`/`max_new_tokens` is given (`SourceLengthCriteria`), `length_penalty_rule`
+    checked, and beam search (greedy search returning plain sequences) routed to `decode` (`uses_decode`)."""
+    config = generation_config if generation_config is not None else model.generation_config
+    rule = kwargs.get("length_penalty_rule", getattr(config, "length_penalty_rule", "transformers"))
+    if rule not in ("gnmt", "transformers"):
+        raise ValueError(f"length_penalty_rule must be 'gnmt' or 'transformers', got {rule!r}")
+    extra = kwargs.get("max_length_over_source", getattr(config, "max_length_over_source", None))
+    ids = inputs if inputs is not None else kwargs.get("input_ids")
+    length_given = any(kwargs.get(k) is not None for k in ("max_length", "max_new_tokens")) or (
+        generation_config is not None and (config.max_length is not None or config.max_new_tokens is not None)
+    )
+    if extra is not None and not length_given and isinstance(ids, torch.Tensor) and ids.dim() == 2:
+        mask = kwargs.get("attention_mask")
+        source_len = mask.sum(-1) if mask is not None else ids.ne(model.config.pad_token_id).sum(-1)
+        kwargs["max_new_tokens"] = int(source_len.max()) + extra  # one sync per call, none per step
+        criteria = sc.StoppingCriteriaList(kwargs.get("stopping_criteria") or [])
+        criteria.append(SourceLengthCriteria(source_len + extra))
+        kwargs["stopping_criteria"] = criteria
+    if uses_decode(config, kwargs):
+        kwargs["custom_generate"] = decode
+        # generate() would hand the streamer the prompt with one row per beam; decode streams one per source
+        kwargs["token_streamer"] = kwargs.pop("streamer", None)
+    return kwargs
+
+
+def one_cross_attention_row_per_sequence(output):
+    """`generate()`'s output, its returned cache with one cross-attention row per sequence, as Marian's (the beams
+    shared one while decoding); encoder outputs stay one row per source, as Marian's too.
+    tests/test_generation_contracts.py compares every output field's shape with MarianMTModel's."""
+    cache = None if isinstance(output, torch.Tensor) else getattr(output, "past_key_values", None)
+    cross = cache.cross_attention_cache if isinstance(cache, EncoderDecoderCache) else None
+    if type(cross) is DynamicCache and cross.get_seq_length() > 0:
+        rows = cache.self_attention_cache.layers[0].keys.shape[0]
+        shared = cross.layers[0].keys.shape[0]
+        if rows != shared and rows % shared == 0:
+            cross.batch_repeat_interleave(rows // shared)
+    return output
 
 
 def decode(

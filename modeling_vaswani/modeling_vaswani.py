@@ -14,7 +14,9 @@ built from a config alone starts, like every transformers model, from transforme
 The rest of the package sits in sibling files this one imports relatively, so that they travel with it to the Hub
 as remote code (`save_pretrained` copies the relative imports, transitively; `modeling_vaswani.code_files()` lists
 them): `configuration_vaswani.py` (the config), `kernels_vaswani.py` (the fast CPU kernels behind the linear layers),
-`loss_vaswani.py` (§5.4's loss), `generation_vaswani.py` (§6.1's decoding), `pipeline_vaswani.py` (translation).
+`cache_vaswani.py` (keys/values across decoding steps, rows that share a source), `checks_vaswani.py` (input
+checks), `loss_vaswani.py` (§5.4's loss), `generation_vaswani.py` (§6.1's decoding), `pipeline_vaswani.py`
+(translation).
 """
 
 import math
@@ -28,7 +30,6 @@ from transformers import GenerationConfig, GenerationMixin, PreTrainedModel
 from transformers import initialization as init
 from transformers.activations import ACT2FN
 from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
-from transformers.generation.stopping_criteria import StoppingCriteriaList
 from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (
@@ -38,14 +39,15 @@ from transformers.modeling_outputs import (
     Seq2SeqModelOutput,
 )
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-from transformers.utils import can_return_tuple, is_torchdynamo_compiling, is_torchdynamo_exporting, logging
+from transformers.utils import can_return_tuple, is_torchdynamo_compiling, logging
 from transformers.utils.deprecation import deprecate_kwarg
 from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
+from .cache_vaswani import cached_keys_values, share_encoder_output, share_source_rows, ungroup_weights
 from .checks_vaswani import check_shapes, check_token_ids_in_forward
 from .configuration_vaswani import VaswaniConfig
-from .generation_vaswani import SourceLengthCriteria, decode, uses_decode
+from .generation_vaswani import one_cross_attention_row_per_sequence, paper_generate_kwargs
 from .kernels_vaswani import VaswaniLinear, set_cpu_kernel
 from .loss_vaswani import fused_label_smoothed_nll_loss, label_smoothed_nll_loss
 from .pipeline_vaswani import TRANSLATION_PIPELINE, VaswaniTranslationPipeline  # noqa: F401  (old configs' name)
@@ -67,6 +69,17 @@ def sinusoids(positions: torch.Tensor, d_model: int) -> torch.Tensor:
     two_i = torch.arange(0, d_model, 2, device=positions.device, dtype=torch.float32)
     angles = positions.to(torch.float32)[:, None] / torch.pow(10000.0, two_i / d_model)  # (T, ⌈d/2⌉)
     return torch.stack((angles.sin(), angles.cos()), dim=-1).flatten(-2)[:, :d_model]  # (T, d_model), interleaved
+
+
+class VaswaniScaledEmbedding(nn.Embedding):
+    """§3.4: "In the embedding layers, we multiply those weights by √d_model"; the output layer uses them unscaled."""
+
+    def __init__(self, num_embeddings: int, embedding_dim: int, padding_idx: int | None = None):
+        super().__init__(num_embeddings, embedding_dim, padding_idx)
+        self.scale = math.sqrt(embedding_dim)
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return super().forward(input_ids) * self.scale  # (B, T, d_model)
 
 
 def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
@@ -97,17 +110,6 @@ def eager_attention_forward(
     return torch.matmul(weights, value).transpose(1, 2).contiguous(), weights  # (B, T_q, h, d_v)
 
 
-class VaswaniScaledEmbedding(nn.Embedding):
-    """§3.4: "In the embedding layers, we multiply those weights by √d_model"; the output layer uses them unscaled."""
-
-    def __init__(self, num_embeddings: int, embedding_dim: int, padding_idx: int | None = None):
-        super().__init__(num_embeddings, embedding_dim, padding_idx)
-        self.scale = math.sqrt(embedding_dim)
-
-    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
-        return super().forward(input_ids) * self.scale  # (B, T, d_model)
-
-
 class VaswaniAttention(nn.Module):
     """§3.2.2: MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O with head_i = Attention(QW_i^Q, KW_i^K, VW_i^V)."""
 
@@ -132,56 +134,26 @@ class VaswaniAttention(nn.Module):
         cache: Cache | None = None,
         **kwargs,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """§3.2.2: queries, keys and values projected to h heads of d_k, Eq. 1 per head, heads concatenated, W^O."""
         is_cross = key_value_states is not None
         B, T = hidden_states.shape[:2]
-        q = self.w_q(hidden_states).view(B, T, self.h, self.d_k).transpose(1, 2)  # (B, h, T_q, d_k)
+        q = self.split_heads(self.w_q(hidden_states))  # (B, h, T_q, d_k)
+        source = key_value_states if is_cross else hidden_states  # (B_kv, T_k, d_model); cross: B_kv sources ≤ B
 
-        layer_cache, cross_done = cache, False
-        if isinstance(cache, EncoderDecoderCache):
-            layer_cache = cache.cross_attention_cache if is_cross else cache.self_attention_cache
-            cross_done = is_cross and cache.is_updated.get(self.layer_idx, False)
-        if cross_done:  # cross-attention keys/values: computed once per source, then reused
-            k, v = layer_cache.layers[self.layer_idx].keys, layer_cache.layers[self.layer_idx].values
-        else:
-            source = key_value_states if is_cross else hidden_states
-            shape = (source.shape[0], source.shape[1], self.h, self.d_k)  # cross: one row per source, maybe < B
-            k = self.w_k(source).view(shape).transpose(1, 2)  # (B_kv, h, T_k, d_k)
-            v = self.w_v(source).view(shape).transpose(1, 2)  # (B_kv, h, T_k, d_v)
-            if layer_cache is not None:
-                k, v = layer_cache.update(k, v, self.layer_idx)
-                if is_cross and isinstance(cache, EncoderDecoderCache):
-                    cache.is_updated[self.layer_idx] = True
+        def project() -> tuple[torch.Tensor, torch.Tensor]:
+            return self.split_heads(self.w_k(source)), self.split_heads(self.w_v(source))  # (B_kv, h, T_k, d_k)
 
-        exporting = is_cross and is_torchdynamo_exporting()
-        if exporting:  # torch.export (training/export.py): decoder row b reads source b·B_kv // B, an index computed
-            # from values, not shapes, so one program serves any number of rows per source (greedy 1, beams g) with
-            # no guard on the two batches' ratio; keys/values stay one row per source in the cache
-            rows = torch.arange(B, device=k.device) * k.shape[0] // B  # (B,)
-            k, v = k.index_select(0, rows), v.index_select(0, rows)  # (B, h, T_k, d_k)
-            if attention_mask is not None:
-                attention_mask = attention_mask.index_select(0, rows)  # (B, 1, T_q, T_k)
-        group = B // k.shape[0]  # > 1: the beams (or samples) of a source share its cross-attention keys/values
-        # compiled: the grouped layout even for g = 1, so the compiled program branches on no group size
-        grouped = is_cross and not exporting and (group > 1 or is_torchdynamo_compiling())
-        if grouped:  # their queries become extra query positions of that source: (B/g, h, g·T_q, d_k)
-            q = q.view(k.shape[0], group, self.h, T, self.d_k).transpose(1, 2).reshape(k.shape[0], self.h, -1, self.d_k)
-            if attention_mask is not None and attention_mask.shape[-2] == T and (T > 1 or is_torchdynamo_compiling()):
-                attention_mask = attention_mask.repeat(1, 1, group, 1)  # (B/g, 1, g·T_q, T_k)
-
+        k, v = cached_keys_values(cache, self.layer_idx, is_cross, project)  # (B_kv, h, T_past + T_k, d_k)
+        q, k, v, attention_mask, group = share_source_rows(q, k, v, attention_mask, is_cross)
         attention = ALL_ATTENTION_FUNCTIONS.get_interface(self.config._attn_implementation, eager_attention_forward)
-        out, weights = attention(
-            self,
-            q,
-            k,
-            v,
-            attention_mask,
-            dropout=self.dropout if self.training else 0.0,
-            scaling=self.scaling,
-            **kwargs,
-        )
-        if grouped and weights is not None:  # back to one row per beam: (B, h, T_q, T_k)
-            weights = weights.view(B // group, self.h, group, T, -1).transpose(1, 2).reshape(B, self.h, T, -1)
-        return self.w_o(out.reshape(B, T, -1)), weights  # (B, T_q, d_model)
+        dropout = self.dropout if self.training else 0.0
+        out, weights = attention(self, q, k, v, attention_mask, dropout=dropout, scaling=self.scaling, **kwargs)
+        heads = out.reshape(B, T, -1)  # (B, T_q, h·d_v): Concat(head_1, ..., head_h)
+        return self.w_o(heads), ungroup_weights(weights, group, B, T)  # (B, T_q, d_model), (B, h, T_q, T_k)
+
+    def split_heads(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, T, d_model) → (B, h, T, d_k)."""
+        return x.view(x.shape[0], x.shape[1], self.h, self.d_k).transpose(1, 2)
 
 
 class VaswaniFeedForward(nn.Module):
@@ -368,8 +340,8 @@ class VaswaniDecoder(VaswaniPreTrainedModel):
             inputs_embeds = self.embed_tokens(input_ids)
         B, T = inputs_embeds.shape[:2]
         if encoder_hidden_states is not None and (is_torchdynamo_compiling() or encoder_hidden_states.shape[0] != B):
-            encoder_hidden_states, encoder_attention_mask = self._share_source(
-                B, encoder_hidden_states, encoder_attention_mask
+            encoder_hidden_states, encoder_attention_mask = share_encoder_output(
+                self.config._attn_implementation, B, encoder_hidden_states, encoder_attention_mask
             )
         if attention_mask is None and not is_torchdynamo_compiling():
             attention_mask = torch.ones(B, past + T, device=inputs_embeds.device, dtype=torch.long)
@@ -389,22 +361,6 @@ class VaswaniDecoder(VaswaniPreTrainedModel):
         for layer in self.layers:
             x = layer(x, causal_mask, encoder_hidden_states, encoder_attention_mask=cross_mask, cache=cache, **kwargs)
         return BaseModelOutputWithPastAndCrossAttentions(last_hidden_state=x, cache=cache)
-
-    def _share_source(self, B: int, memory: torch.Tensor, mask: torch.Tensor | None) -> tuple:
-        """Decoder rows b·g … b·g+g-1 (beams, samples) read source b: kept as one row per source for eager/sdpa
-        attention (keys/values computed and cached once per source), repeated g times for other kernels."""
-        if is_torchdynamo_compiling():  # a runtime check, not a guard fixing the traced batches' ratio
-            torch._check(B % memory.shape[0] == 0)
-        elif B % memory.shape[0] != 0:
-            raise ValueError(
-                f"the decoder batch ({B}) must be a multiple of the encoder batch ({memory.shape[0]}): "
-                "each source's rows (e.g. its beams) next to each other"
-            )
-        if self.config._attn_implementation in ("eager", "sdpa"):
-            return memory, mask
-        group = B // memory.shape[0]
-        mask = mask.repeat_interleave(group, dim=0) if isinstance(mask, torch.Tensor) else mask
-        return memory.repeat_interleave(group, dim=0), mask
 
 
 class VaswaniModel(VaswaniPreTrainedModel):
@@ -579,45 +535,13 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
 
-    # ---- §6.1 decoding: source-relative maximum length and the GNMT length penalty ----
-
     def generate(self, inputs: torch.Tensor | None = None, generation_config: GenerationConfig | None = None, **kwargs):
-        """`GenerationMixin.generate`, plus the paper's rules: at most |source| + `max_length_over_source` tokens
-        per sentence unless `max_length`/`max_new_tokens` is given, and `length_penalty_rule` "gnmt"/"transformers".
-        Beam search (and greedy search returning plain sequences) runs `generation_vaswani.decode` through
-        transformers' `custom_generate` route: a sentence leaves the batch the step it is finished."""
-        config = generation_config if generation_config is not None else self.generation_config
-        rule = kwargs.get("length_penalty_rule", getattr(config, "length_penalty_rule", "transformers"))
-        if rule not in ("gnmt", "transformers"):
-            raise ValueError(f"length_penalty_rule must be 'gnmt' or 'transformers', got {rule!r}")
-        extra = kwargs.get("max_length_over_source", getattr(config, "max_length_over_source", None))
-        ids = inputs if inputs is not None else kwargs.get("input_ids")
-        length_given = any(kwargs.get(k) is not None for k in ("max_length", "max_new_tokens")) or (
-            generation_config is not None and (config.max_length is not None or config.max_new_tokens is not None)
-        )
-        if extra is not None and not length_given and isinstance(ids, torch.Tensor) and ids.dim() == 2:
-            mask = kwargs.get("attention_mask")
-            source_len = mask.sum(-1) if mask is not None else ids.ne(self.config.pad_token_id).sum(-1)
-            kwargs["max_new_tokens"] = int(source_len.max()) + extra  # one sync per call, none per step
-            criteria = StoppingCriteriaList(kwargs.get("stopping_criteria") or [])
-            criteria.append(SourceLengthCriteria(source_len + extra))
-            kwargs["stopping_criteria"] = criteria
-        if uses_decode(config, kwargs):
-            kwargs["custom_generate"] = decode
-            # generate() would hand the streamer the prompt with one row per beam; decode streams one per source
-            kwargs["token_streamer"] = kwargs.pop("streamer", None)
-        output = super().generate(inputs, generation_config, **kwargs)
-        cache = None if isinstance(output, torch.Tensor) else getattr(output, "past_key_values", None)
-        cross = cache.cross_attention_cache if isinstance(cache, EncoderDecoderCache) else None
-        if type(cross) is DynamicCache and cross.get_seq_length() > 0:
-            # a returned cache has one cross-attention row per sequence, as Marian's (the beams shared one while
-            # decoding); encoder outputs stay one row per source, as Marian's too. tests/test_generation_contracts.py
-            # compares every output field's shape with MarianMTModel's
-            rows = cache.self_attention_cache.layers[0].keys.shape[0]
-            shared = cross.layers[0].keys.shape[0]
-            if rows != shared and rows % shared == 0:
-                cross.batch_repeat_interleave(rows // shared)
-        return output
+        """`GenerationMixin.generate`, plus §6.1's rules (generation_vaswani.py): at most |source| +
+        `max_length_over_source` tokens per sentence unless `max_length`/`max_new_tokens` is given, and
+        `length_penalty_rule` "gnmt"/"transformers". Beam search (and greedy search returning plain sequences) runs
+        `generation_vaswani.decode`: a sentence leaves the batch the step it is finished."""
+        kwargs = paper_generate_kwargs(self, inputs, generation_config, kwargs)
+        return one_cross_attention_row_per_sequence(super().generate(inputs, generation_config, **kwargs))
 
 
 __all__ = [
