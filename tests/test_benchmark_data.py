@@ -1,0 +1,45 @@
+"""benchmarks/data.py --smoke: every step runs (cold and cached preparation in their own processes, the restart and
+the streaming run), the cache is hit the second time, the results and the plot are written."""
+
+import json
+
+from benchmarks import data as data_bench
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def test_data_benchmark_smoke(tmp_path):
+    rows = data_bench.main(["--smoke", "--out_dir", str(tmp_path), "--work_dir", str(tmp_path)])
+    cold, cached = rows
+    assert (cold["step"], cached["step"]) == ("cold", "cached") and cold["pairs"] == cached["pairs"] == 2000
+    assert cold["bpe"]["cached"] is False and cached["bpe"]["cached"] is True  # the second preparation hit the cache
+    assert cold["kept"] == cached["kept"] > 1000 and cold["batches"] == cached["batches"] > 0
+    for row in rows:
+        assert row["prepare_s"] > 0 and row["pairs_per_s"] > 0 and row["peak_rss_gib"] >= row["peak_pss_gib"] > 0
+        assert abs(row["prepare_s"] - sum(row[k] for k in ("load_s", "bpe_s", "tokenize_s", "table_s"))) < 0.01
+    assert cached["restart_first_step_s"] > 0 and cached["map_tokens_per_s"] > 0
+    assert cached["stream_tokens_per_s"] > 0 and cached["stream_over_map"] > 0
+    [jsonl] = tmp_path.glob("data-*.jsonl")
+    written = [json.loads(line) for line in jsonl.read_text().splitlines()]
+    assert [r["step"] for r in written] == ["cold", "cached"] and written[0]["env"]["cpu"]
+    assert not list(tmp_path.glob("data-bench-*"))  # the generated corpus is removed
+    png = data_bench.plot(jsonl, tmp_path / "plot.png")
+    assert png.read_bytes()[:8] == PNG_SIGNATURE
+
+
+def test_projection_keeps_the_sampled_bpe_flat_and_the_other_phases_on_their_line():
+    """4.5M pairs from 100k and 1M: load, tokenization, table and memory continue their straight lines; the BPE,
+    which learns from a sample of BPE_MAX_PAIRS (1M) pairs beyond that, keeps the 1M time."""
+    rows = [
+        {"pairs": 100_000, "load_s": 1.0, "bpe_s": 6.0, "tokenize_s": 7.0, "table_s": 0.2},
+        {"pairs": 1_000_000, "load_s": 2.0, "bpe_s": 41.0, "tokenize_s": 65.0, "table_s": 2.2},
+    ]
+    for r, pss in zip(rows, (1.0, 1.1), strict=True):
+        r.update(step="cold", peak_pss_gib=pss, peak_pss_anon_gib=pss / 2, peak_rss_gib=2 * pss, peak_anon_gib=pss)
+    guess = data_bench.project(rows, 4_500_000)
+    assert guess["step"] == "projected" and guess["projected_from"] == [100_000, 1_000_000]
+    assert guess["bpe_s"] == 41.0
+    assert abs(guess["tokenize_s"] - (7.0 + 58.0 * 44 / 9)) < 1e-6
+    assert abs(guess["load_s"] - (1.0 + 44 / 9)) < 1e-6
+    assert abs(guess["peak_pss_gib"] - (1.0 + 0.1 * 44 / 9)) < 1e-6
+    assert abs(guess["prepare_s"] - sum(guess[k] for k in ("load_s", "bpe_s", "tokenize_s", "table_s"))) < 1e-9
