@@ -1,12 +1,15 @@
 """--streaming (training/data/streaming.py): token-budget batches from length-sorted chunks of a stream, an exact resume
-position (the stream resumed there yields the uninterrupted stream's batches), DDP shards that split the pairs."""
+position (the stream resumed there yields the uninterrupted stream's batches), a resumed training run that ends with
+the uninterrupted run's weights, DDP shards that split the pairs."""
 
+import json
+import shutil
 from pathlib import Path
 
 import pytest
 
 from training.data.corpus import default_corpus
-from training.data.streaming import TokenBudgetStream, stream_parallel
+from training.data.streaming import TokenBudgetStream, load_position, stream_parallel
 from training.data.tokenizer import train_tokenizer
 
 PAIRS = 700
@@ -81,6 +84,39 @@ def test_resume_position_gives_the_batches_the_uninterrupted_stream_gives(corpus
     take(reached, 100)
     assert reached.position_after(40)["chunk"] > 0  # a resume inside a later chunk
     assert reached.position_after(97)["epoch"] == 1  # and one in the second epoch
+
+
+def test_a_resumed_streaming_run_ends_with_the_uninterrupted_weights(tmp_path, corpus):
+    """training.train --streaming: 12 steps straight, and the same run resumed from its step-6 checkpoint: the same
+    parameters. Dropout is on, so the RNG state must come back at the point the uninterrupted run had it (the data
+    loader of a stream must not draw its base seed from the global RNG after Trainer restored it), and the stream
+    position too. Tolerance as the map-style test in test_train_script.py; Adam's ε is 1e-3 as in its DDP test."""
+    import torch
+    from safetensors.torch import load_file
+
+    from training.train import main as train_main
+
+    tiny = tmp_path / "model.json"
+    base = json.loads((Path(__file__).resolve().parent.parent / "configuration" / "tiny.json").read_text())
+    tiny.write_text(json.dumps({**base, "d_model": 32, "d_ff": 64}))
+    assert base["p_drop"] > 0
+    common = ["--model_config", str(tiny), "--train_file", str(corpus), "--streaming", "--stream_chunk_pairs", "100"]
+    common += ["--vocab_size", "300", "--max_tokens_per_step", "600", "--warmup_steps", "4", "--logging_steps", "3"]
+    common += ["--eval_steps", "1000", "--seed", "2", "--save_steps", "6", "--save_total_limit", "10"]
+    common += ["--adam_epsilon", "1e-3", "--max_steps", "12", "--device", "cpu"]
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    summary = train_main([*common, "--output_dir", str(straight)])
+    assert summary["steps"] == 12
+    position = load_position(straight / "checkpoint-6", 0)
+    assert position is not None and position["consumed"] == 6 and position["chunk"] > 0  # resumed past a chunk
+    resumed.mkdir()
+    shutil.copytree(straight / "tokenizer", resumed / "tokenizer")
+    shutil.copytree(straight / "checkpoint-6", resumed / "checkpoint-6")
+    assert train_main([*common, "--output_dir", str(resumed), "--resume"])["steps"] == 12
+    a, b = load_file(straight / "model.safetensors"), load_file(resumed / "model.safetensors")
+    assert a.keys() == b.keys()
+    for key in a:
+        torch.testing.assert_close(a[key], b[key], rtol=0, atol=1e-6, msg=key)
 
 
 def test_ddp_shards_split_the_pairs_between_processes(corpus, tok):

@@ -398,7 +398,11 @@ class TokenBudgetTrainerMixin:
             if self.args.dataloader_num_workers:
                 raise ValueError("a streamed training set is read in the training process: set num_workers to 0")
             collate = BudgetCheckedCollator(self.data_collator, self.max_tokens, self._vocab_size())
-            return DataLoader(self.train_dataset, batch_size=None, collate_fn=collate)
+            # its own generator: each iter() of a DataLoader draws a worker base seed, from the global torch RNG
+            # when it has none, and Trainer restores a checkpoint's RNG state before that iter() when nothing is
+            # skipped (ignore_data_skip), so the draw would move a resumed run's dropout off the uninterrupted one's
+            generator = torch.Generator().manual_seed(self.seed)
+            return DataLoader(self.train_dataset, batch_size=None, collate_fn=collate, generator=generator)
         shuffle = self.args.train_sampling_strategy != "sequential"
         return self._token_budget_dataloader(self.train_dataset, "training", self.max_tokens, shuffle, True)
 
