@@ -3,9 +3,9 @@
 Every system produces exactly `--new_tokens` tokens per sentence (min = max new tokens), from the same random
 sources of `--source_len` tokens, so they all do the same work; new tokens/s = batch × new_tokens / median time.
 The Marian twin is `MarianMTModel` with our weights copied (benchmarks/twins.py); CTranslate2 (the optional
-`bench` extra) gets the same weights through training/export.py's converter, in float32 and int8 on CPU, in
+`bench` extra) gets the same weights through training/serving/ctranslate2_conversion.py, in float32 and int8 on CPU, in
 bfloat16 / int8_bfloat16 on GPU. On CPU, `--systems ...,onnx-float32,onnx-int8` (the `export` extra) adds this
-model exported to ONNX by training/export.py and run by ONNX Runtime, int8 by its dynamic quantization, inside the
+model exported to ONNX by training/serving/programs.py and run by ONNX Runtime, int8 by its dynamic quantization, inside the
 same generate() loop (greedy and beam 4; with --model too).
 Our model runs as loaded (sdpa; on CPU the oneDNN linear kernel) and, on CPU, with the opt-in int8 kernel and
 with torch's default kernel ("aten") to show what the kernel choice buys. Ratios are taken within one run.
@@ -200,9 +200,10 @@ def ct2_decode(translator, src: torch.Tensor, beams: int, new_tokens: int):
 
 
 def onnx_model(ours, quantization: str, threads: int | None):
-    """`ours` exported to ONNX (training/export.py; int8: onnxruntime dynamic quantization), its generate() running
+    """`ours` exported to ONNX (training/serving/programs.py; int8: onnxruntime dynamic quantization), its generate() running
     the programs in ONNX Runtime with `threads` intra-op threads; None when the `export` extra is missing."""
-    from training.export import ExportedForGeneration, ExportError, check_format, export_programs
+    from training.serving.formats import ExportError, check_format
+    from training.serving.programs import ExportedForGeneration, export_programs
 
     quantization = None if quantization == "float32" else quantization
     try:

@@ -1,10 +1,10 @@
 """The systems the benchmarks compare against: a transformers `MarianMTModel` configured as this model's twin, and
-CTranslate2 converted from this model by training/export.py.
+CTranslate2 converted from this model by training/serving/ctranslate2_conversion.py.
 
 The twin is the same network (ReLU, post-norm, sinusoids, √d_model-scaled tied embeddings, same sizes and dropout)
 and, after `copy_weights`, the same function: our interleaved sinusoids are written into its position table, so
-both give the same logits (a test checks it). CTranslate2 gets the same weights through training/export.py's
-converter, so all three systems decode one model.
+both give the same logits (a test checks it). CTranslate2 gets the same weights through our converter
+(training/serving/ctranslate2_conversion.py), so all three systems decode one model.
 """
 
 import torch
@@ -108,7 +108,7 @@ class IdVocabulary:
 def ctranslate2_translator(
     model: VaswaniForConditionalGeneration, quantization: str = "float32", threads: int = 0, device: str = "cpu"
 ):
-    """A `ctranslate2.Translator` of `model` through training/export.py's converter, over the bare-id vocabulary
+    """A `ctranslate2.Translator` of `model` through training/serving/ctranslate2_conversion.py, over the bare-id vocabulary
     (`id_tokens`); `quantization` "float32", "int8", "bfloat16" ... A twin from `marian_twin` stands for the model
     it was copied from. Returns None when ctranslate2 is not installed (the optional `bench` extra)."""
     model = model.__dict__.get("vaswani_source", model)
@@ -118,7 +118,7 @@ def ctranslate2_translator(
         import ctranslate2  # noqa: F401
     except ImportError:
         return None
-    from training.export import ctranslate2_translator as translator
+    from training.serving.ctranslate2_conversion import ctranslate2_translator as translator
 
     return translator(model, IdVocabulary(model.config), quantization, threads=threads, device=device)
 

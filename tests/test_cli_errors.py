@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from modeling_vaswani import VaswaniConfig, VaswaniForConditionalGeneration
-from training import average, evaluate, publish, train, translate
+from training import average, evaluate, export, publish, train, translate
 from training.common.errors import EXIT_BAD_INPUT, run_command
 from training.data.corpus import default_corpus
 from training.data.tokenizer import train_tokenizer
@@ -25,7 +25,14 @@ except ImportError:  # tests/ is not a package: pytest put it on sys.path
 
 REPO = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO), "TOKENIZERS_PARALLELISM": "false"}
-COMMANDS = {"train": train, "average": average, "evaluate": evaluate, "translate": translate, "publish": publish}
+COMMANDS = {
+    "train": train,
+    "average": average,
+    "evaluate": evaluate,
+    "translate": translate,
+    "publish": publish,
+    "export": export,
+}
 
 
 @pytest.fixture(scope="module")

@@ -25,14 +25,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from training.export import (
-    ExportedForGeneration,
-    ExportError,
-    check_format,
-    ctranslate2_options,
-)
 from training.export import main as export_main
 from training.inference.translation import load_model
+from training.serving.ctranslate2_conversion import ctranslate2_options
+from training.serving.formats import ExportError, check_format
+from training.serving.programs import ExportedForGeneration
 from training.train import main as train_main
 
 try:
@@ -273,7 +270,7 @@ def test_onnx_export_loads_and_decodes_without_this_package(exports, model_and_t
 def test_dynamo_program_holds_no_eager_only_kernels(model_and_tokenizer):
     """The traced graphs use aten linear only: no oneDNN (mkldnn) or fbgemm int8 op, even when the model was set
     to them before exporting, and the model's kernels are restored afterwards."""
-    from training.export import export_programs
+    from training.serving.programs import export_programs
 
     model, _ = model_and_tokenizer
     model.set_cpu_kernel("int8")

@@ -9,6 +9,7 @@ The library under them, grouped by job; imports run one way, commands → librar
 - `checkpoints/`: complete checkpoints (marker, listing, resume) and averaging;
 - `inference/`: load a model folder and translate batches (the one translation path);
 - `evaluation/`: sacreBLEU/chrF and scoring a test set;
+- `serving/`: exported programs (transformers' exporters) and CTranslate2 conversion;
 - `hub/`: the model card and the upload folder;
 - `common/`: errors, shared arguments, files, process settings.
 """

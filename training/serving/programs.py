@@ -1,0 +1,237 @@
+"""A model folder through transformers' own exporters (`transformers.exporters`): three programs, `encoder`,
+`prefill` and `decode`, each with the pre-softmax linear inside and dynamic in batch, source and cache length;
+`ExportedForGeneration` runs `generate()` on them (greedy and beam search); `export_folder` writes an export (or a
+CTranslate2 model) with the code files and the tokenizer. See `python -m training.export --help`."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+from transformers import GenerationConfig
+from transformers.cache_utils import DynamicCache, EncoderDecoderCache
+from transformers.modeling_outputs import BaseModelOutput
+
+from modeling_vaswani import VaswaniForConditionalGeneration
+from modeling_vaswani.modeling_vaswani import VaswaniSeq2SeqLMOutput
+from training.common.files import output_problem
+from training.serving.ctranslate2_conversion import convert_ctranslate2
+from training.serving.formats import EXPORTERS, ExportError, check_format
+
+COMPONENTS = ("encoder", "prefill", "decode")
+
+
+def sample_inputs(model: VaswaniForConditionalGeneration) -> dict[str, torch.Tensor]:
+    """`generate()` inputs the programs are traced on: 2 sources of different lengths (one padded) and a 2-token
+    decoder prompt, so that batch, source, target and cache lengths all trace as dynamic (a size-1 axis would not)."""
+    config = model.config
+    g = torch.Generator().manual_seed(0)
+    low = max(config.pad_token_id, config.eos_token_id, config.bos_token_id) + 1
+    ids = torch.randint(low, config.vocab_size, (2, 7), generator=g)
+    ids[:, -1] = config.eos_token_id
+    mask = torch.ones_like(ids)
+    ids[1, 5:], mask[1, 5:] = config.pad_token_id, 0
+    ids[1, 4] = config.eos_token_id
+    prompt = torch.full((2, 2), config.decoder_start_token_id)
+    prompt[:, 1] = low
+    return {"input_ids": ids, "attention_mask": mask, "decoder_input_ids": prompt}
+
+
+def export_programs(model: VaswaniForConditionalGeneration, fmt: str, quantization: str | None = None, log=print):
+    """The `ExportedModel` of `model` in `fmt`: components `encoder`, `prefill`, `decode` (see the module docstring).
+
+    Traced on the plain path: `set_cpu_kernel("aten")` for the duration (the oneDNN/int8 kernels are eager-only and
+    also skip themselves under tracing), fp32, eval mode.
+    """
+    import transformers.exporters as exporters
+    from transformers.exporters.utils import decompose_for_generation
+
+    exporter = getattr(exporters, EXPORTERS[fmt][1])()
+    options = {"dynamic": True}
+    if fmt == "openvino":
+        options["stateful"] = False  # the cache stays an input/output: generate() reorders it for beam search
+    if quantization == "int8":
+        options["quantizer"] = exporters.OnnxRuntimeQuantizer(exporters.OnnxRuntimeDynamicConfig())
+    export_config = getattr(exporters, EXPORTERS[fmt][2])(**options)
+    kernels = {m: m.cpu_kernel for m in model.modules() if hasattr(m, "cpu_kernel")}
+    model = model.eval().float()
+    model.set_cpu_kernel("aten")
+    try:
+        inputs = sample_inputs(model)
+        # the decoder calls of a beam-2 search: 4 decoder rows on 2 encoder rows (the beams of a source share its
+        # row), so the decoder batch and the encoder batch trace as two sizes; the programs then serve any number of
+        # rows per source, greedy (1) and beams (g); traced on equal batches, torch.export would fix them equal
+        beams = GenerationConfig(**{**model.generation_config.to_diff_dict(), "num_beams": 2, "do_sample": False})
+        stages = decompose_for_generation(model, inputs, generation_config=beams, multi_token_decode=True)
+        step = DecoderStep(model)
+        plans = {"encoder": (EncoderStep(model), {k: inputs[k] for k in EncoderStep.INPUTS})}
+        for name, (_, kwargs) in stages.items():  # the decoder calls generate() made, as DecoderStep takes them
+            kwargs = {**kwargs, "encoder_hidden_states": kwargs["encoder_outputs"][0]}
+            # contiguous, as the runner passes them (a strided slice would trace a guard on its strides)
+            kwargs = {k: v.contiguous() if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
+            plans[name] = (step, {k: kwargs[k] for k in DecoderStep.INPUTS})
+        components = {}
+        for name in COMPONENTS:
+            module, kwargs = plans[name]
+            log(f"exporting {name} ({fmt})")
+            with torch.no_grad():
+                components[name] = exporter.export(module, kwargs, export_config).components["model"]
+    finally:
+        for module, kernel in kernels.items():
+            module.cpu_kernel = kernel
+    return exporters.ExportedModel(
+        components, exporter.export_format, config=model.config, generation_config=model.generation_config
+    )
+
+
+class EncoderStep(torch.nn.Module):
+    """The encoder as the exporters trace it: tensors in, the encoder states out (B, T_src, d_model). Tensors and
+    transformers' cache only, in and out, so a saved program reloads without this package and without unpickling
+    a model-output class."""
+
+    INPUTS = ("input_ids", "attention_mask")
+
+    def __init__(self, model: VaswaniForConditionalGeneration):
+        super().__init__()
+        self.encoder = model.get_encoder()
+        self.config = model.config
+
+    def forward(self, input_ids, attention_mask):
+        return self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+
+
+class DecoderStep(torch.nn.Module):
+    """One decoder call of the model, output projection included, as the exporters trace it: the inputs
+    `generate()` gives it (the encoder output as a tensor), `(logits, cache)` out; see `EncoderStep`."""
+
+    INPUTS = ("decoder_input_ids", "attention_mask", "encoder_hidden_states", "cache")
+
+    def __init__(self, model: VaswaniForConditionalGeneration):
+        super().__init__()
+        self.model = model
+        self.config = model.config
+
+    def forward(self, decoder_input_ids, attention_mask, encoder_hidden_states, cache):
+        out = self.model(
+            decoder_input_ids=decoder_input_ids,
+            attention_mask=attention_mask,
+            encoder_outputs=(encoder_hidden_states,),
+            cache=cache,
+            use_cache=True,
+        )
+        return out.logits, out.cache  # (B, T, vocab), the cache grown by T
+
+
+class _ExportedEncoder(torch.nn.Module):
+    """The `encoder` program as `generate()` calls `get_encoder()`: returns a `BaseModelOutput`."""
+
+    def __init__(self, runner):
+        super().__init__()
+        self.runner = runner
+
+    def forward(self, input_ids=None, attention_mask=None, **kwargs) -> BaseModelOutput:
+        return BaseModelOutput(last_hidden_state=self.runner(input_ids=input_ids, attention_mask=attention_mask))
+
+
+class ExportedForGeneration(VaswaniForConditionalGeneration):
+    """`generate()` of this model (its decoding loop and length rules unchanged: greedy, beam search, sampling) with
+    every network call made by an exported program through transformers' runners.
+
+    Holds no weights (built on the meta device): `forward` runs `prefill` on an empty cache, else `decode`, and
+    `get_encoder()` the `encoder` program. Build it with `ExportedForGeneration.from_export(folder_or_exported)`.
+    """
+
+    @classmethod
+    def from_export(cls, exported, **runner_kwargs) -> ExportedForGeneration:
+        """From an `ExportedModel`, or the folder `training.export` wrote (loaded with `ExportedModel.from_pretrained`)."""
+        from transformers.exporters import ExportedModel
+
+        if not isinstance(exported, ExportedModel):
+            exported = ExportedModel.from_pretrained(exported, trust_remote_code=True, **runner_kwargs)
+        missing = [name for name in COMPONENTS if name not in exported.components]
+        if missing:
+            raise ExportError(f"the export lacks components {missing}: it was not written by training.export")
+        with torch.device("meta"):
+            self = cls(exported.config)
+        if exported.generation_config is not None:
+            self.generation_config = exported.generation_config
+        self.__dict__["exported"] = exported  # not a submodule
+        self.exported_encoder = _ExportedEncoder(exported.runners["encoder"])
+        return self
+
+    @property
+    def device(self) -> torch.device:
+        return self.exported.device
+
+    def get_encoder(self, *args, **kwargs) -> torch.nn.Module:
+        return self.exported_encoder
+
+    def forward(self, decoder_input_ids=None, attention_mask=None, encoder_outputs=None, cache=None, **kwargs):
+        if cache is None:  # the programs always take a cache: an empty one runs the whole prompt
+            cache = EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
+        step = "decode" if cache.get_seq_length() > 0 else "prefill"
+        runner = self.exported.runners[step]
+        logits, grown = runner(
+            decoder_input_ids=decoder_input_ids.contiguous(),
+            attention_mask=attention_mask,
+            encoder_hidden_states=encoder_outputs[0],
+            cache=cache,
+        )
+        # A program returns a new cache; decoding loops keep theirs (as with eager, where it grows in place)
+        cache.__dict__.update(grown.__dict__)
+        return VaswaniSeq2SeqLMOutput(logits=logits, cache=cache)
+
+
+def save_export(exported, model: VaswaniForConditionalGeneration, tokenizer, output_dir: Path) -> None:
+    """`ExportedModel.save_pretrained`, then the code files beside config.json (so `AutoConfig` loads it without
+    this package: remote code) and the tokenizer."""
+    exported.save_pretrained(output_dir)
+    model.config.register_for_auto_class()
+    model.register_for_auto_class("AutoModelForSeq2SeqLM")
+    with tempfile.TemporaryDirectory() as tmp:  # save_pretrained writes config.json with auto_map + the code files
+        model.config.auto_map = {
+            "AutoConfig": "configuration_vaswani.VaswaniConfig",
+            "AutoModel": "modeling_vaswani.VaswaniModel",
+            "AutoModelForSeq2SeqLM": "modeling_vaswani.VaswaniForConditionalGeneration",
+        }
+        model.config.save_pretrained(tmp)
+        from transformers.dynamic_module_utils import custom_object_save
+
+        custom_object_save(model, tmp, config=model.config)
+        for path in Path(tmp).iterdir():  # config.json and every code file the model's module imports
+            shutil.copyfile(path, output_dir / path.name)
+    tokenizer.save_pretrained(output_dir)
+
+
+def export_folder(
+    folder: str | Path,
+    fmt: str,
+    output_dir: str | Path,
+    quantization: str | None = None,
+    overwrite: bool = False,
+    log=print,
+) -> list[Path]:
+    """Export the model folder `folder` to `output_dir` in `fmt`; returns the files written."""
+    from training.inference.translation import EvaluationError, load_model
+
+    check_format(fmt, quantization)
+    output_dir = Path(output_dir)
+    if problem := output_problem(output_dir, "--output_dir", overwrite):
+        raise ExportError(problem)
+    try:
+        model, tokenizer = load_model(str(folder), "cpu")
+    except EvaluationError as e:
+        raise ExportError(str(e)) from e
+    output_dir.mkdir(parents=True, exist_ok=True)
+    if fmt == "ctranslate2":
+        log(f"converting encoder, decoder and output projection (ctranslate2, {quantization or 'float32'})")
+        convert_ctranslate2(model, tokenizer, output_dir, quantization)
+        tokenizer.save_pretrained(output_dir)
+        model.generation_config.save_pretrained(output_dir)
+    else:
+        exported = export_programs(model, fmt, quantization, log=log)
+        log(f"saving to {output_dir}")
+        save_export(exported, model, tokenizer, output_dir)
+    return sorted(p for p in output_dir.rglob("*") if p.is_file())
