@@ -156,3 +156,24 @@ def test_cpu_kernel_option_reaches_the_model(folder, tmp_path):
             for s in SENTENCES[:3]
         ]
     assert output.read_text().splitlines() == expected
+
+
+def test_the_models_pipeline_and_the_commands_share_one_translation_path(folder):
+    """The folder's VaswaniTranslationPipeline (remote code) and training.translate/evaluate decode through
+    pipeline_vaswani.translate_batched: the same outputs for the same texts (a blank gives "" in both, not a
+    decoding of nothing), equal to each text decoded alone, and the same default token budget."""
+    from transformers import pipeline
+
+    from modeling_vaswani import pipeline_vaswani
+    from training.inference import translation
+
+    assert translation.DEFAULT_MAX_TOKENS == pipeline_vaswani.DEFAULT_MAX_TOKENS
+    texts = [*SENTENCES[:4], "", "   "]
+    translator = pipeline("translation", model=str(folder), trust_remote_code=True, device="cpu")
+    assert type(translator).__module__.endswith("pipeline_vaswani")
+    piped = [out["translation_text"] for out in translator(texts)]
+    model, tokenizer = load_model(str(folder), "cpu")
+    ours = translation.translate_batched(model, tokenizer, texts, progress=False)
+    assert piped == ours == [*generate_one(folder, SENTENCES[:4]), "", ""]
+    # a budget that puts every sentence in a batch of its own changes nothing
+    assert [out["translation_text"] for out in translator(texts, max_tokens=1)] == piped

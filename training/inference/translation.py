@@ -1,5 +1,6 @@
-"""Load a model folder and translate text in token-budget batches: the one translation path of `train`'s examples,
-`evaluate`, `translate` and the benchmarks.
+"""Load a model folder and translate text in token-budget batches, for the commands: the batching itself is
+`modeling_vaswani.pipeline_vaswani.translate_batched`, the one translation path of `evaluate`, `translate`, the
+benchmarks and the model's own pipeline; this module adds loading with named errors and a progress bar.
 
     from training.inference.translation import load_model, translate_batched
     model, tokenizer = load_model("runs/tiny")
@@ -19,7 +20,7 @@ from training.common.checks import positive_integer_problem
 # torch and transformers load inside the functions that use them: commands answer `--help` and a bad command line
 # without them (tests/test_cli_errors.py)
 
-DEFAULT_MAX_TOKENS = 4000
+DEFAULT_MAX_TOKENS = 4000  # = modeling_vaswani.pipeline_vaswani.DEFAULT_MAX_TOKENS (which loads torch to import)
 DECODING_FIELDS = ("num_beams", "length_penalty", "length_penalty_rule", "max_length_over_source", "max_new_tokens",
                    "max_length", "early_stopping", "do_sample")  # fmt: skip
 
@@ -81,78 +82,31 @@ def load_model(name_or_path: str, device: str | None = None, cpu_kernel: str | N
 
 
 def token_batches(lengths: Sequence[int], max_tokens: int) -> list[list[int]]:
-    """Indices cut into batches of similar length: sorted longest first (ties by index), each batch holding at most
-    `max_tokens` tokens with padding counted (n · longest ≤ max_tokens); a longer sentence gets a batch of its own.
-    Deterministic, so a repeat run decodes the same batches."""
+    """`modeling_vaswani.pipeline_vaswani.token_batches` (sorted by length, at most `max_tokens` tokens a batch,
+    padding counted), with a bad budget reported as EvaluationError, a bad input of the commands."""
     if problem := positive_integer_problem("max_tokens", max_tokens):
         raise EvaluationError(problem)
-    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
-    batches: list[list[int]] = []
-    for i in order:
-        if batches and (len(batches[-1]) + 1) * lengths[batches[-1][0]] <= max_tokens:
-            batches[-1].append(i)
-        else:
-            batches.append([i])
-    return batches
+    from modeling_vaswani.pipeline_vaswani import token_batches as batches_of
 
-
-def one_line(text: str) -> str:
-    """A translation on one line: any line break the tokenizer may decode (\\n, \\r, U+2028, ...) becomes a space."""
-    return " ".join(text.splitlines())
+    return batches_of(lengths, max_tokens)
 
 
 def translate_batched(
-    model,
-    tokenizer,
-    texts: Sequence[str],
-    *,
-    max_tokens: int = DEFAULT_MAX_TOKENS,
-    generate_kwargs: Mapping[str, Any] | None = None,
-    max_source_tokens: int | None = None,
-    progress: bool = True,
-    stats: dict[str, int] | None = None,
+    model, tokenizer, texts: Sequence[str], *, max_tokens: int = DEFAULT_MAX_TOKENS, progress: bool = True, **options
 ) -> list[str]:
-    """Translate `texts` in token-budget batches; one output per text, in the order given.
-
-    A blank (empty or whitespace-only) text gives "" and is not sent to the model. Texts are stripped; with
-    `max_source_tokens` each is truncated to that many tokens (`</s>` included). The progress bar goes to stderr.
-    `stats`, if given, receives `source_tokens` and `generated_tokens` (special tokens and padding excluded).
-    """
-    outputs = [""] * len(texts)
-    keep = [i for i, text in enumerate(texts) if text.strip()]
-    if not keep:
-        return outputs
-    import torch
+    """`modeling_vaswani.pipeline_vaswani.translate_batched` (the one translation path, shared with the model's
+    pipeline: one output per text in order, blanks give "", token-budget batches padded by the tokenizer; `options`:
+    `generate_kwargs`, `max_source_tokens`, `stats`) with a progress bar on stderr and a bad budget reported as
+    EvaluationError."""
+    if problem := positive_integer_problem("max_tokens", max_tokens):
+        raise EvaluationError(problem)
     from tqdm.auto import tqdm
 
-    truncate = {"truncation": True, "max_length": max_source_tokens} if max_source_tokens else {}
-    encoded = tokenizer([texts[i].strip() for i in keep], **truncate)["input_ids"]
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else model.config.pad_token_id
-    special = torch.tensor(sorted({*tokenizer.all_special_ids, pad}))
-    device = next(model.parameters()).device
-    source_tokens = generated_tokens = 0
-    batches = token_batches([len(ids) for ids in encoded], max_tokens)
-    bar = tqdm(total=len(keep), desc="Translating", unit="sent", file=sys.stderr, disable=not progress)
-    with torch.inference_mode():
-        for batch in batches:
-            longest = max(len(encoded[j]) for j in batch)
-            input_ids = torch.full((len(batch), longest), pad, dtype=torch.long)
-            attention_mask = torch.zeros((len(batch), longest), dtype=torch.long)
-            for row, j in enumerate(batch):
-                input_ids[row, : len(encoded[j])] = torch.tensor(encoded[j])
-                attention_mask[row, : len(encoded[j])] = 1
-            out = model.generate(
-                input_ids=input_ids.to(device), attention_mask=attention_mask.to(device), **(generate_kwargs or {})
-            ).cpu()
-            for row, text in enumerate(tokenizer.batch_decode(out, skip_special_tokens=True)):
-                outputs[keep[batch[row]]] = one_line(text)
-            source_tokens += int(attention_mask.sum())
-            generated_tokens += int((~torch.isin(out, special)).sum())
-            bar.update(len(batch))
-    bar.close()
-    if stats is not None:
-        stats.update(source_tokens=source_tokens, generated_tokens=generated_tokens)
-    return outputs
+    from modeling_vaswani.pipeline_vaswani import translate_batched as translate
+
+    nonblank = sum(1 for text in texts if text.strip())
+    with tqdm(total=nonblank, desc="Translating", unit="sent", file=sys.stderr, disable=not progress) as bar:
+        return translate(model, tokenizer, texts, max_tokens=max_tokens, on_batch=bar.update, **options)
 
 
 def decoding_settings(model, generate_kwargs: Mapping[str, Any] | None = None) -> dict[str, Any]:
