@@ -314,6 +314,41 @@ def positive_int(text: str) -> int:
     return value
 
 
+def add_model_arguments(parser, vocab_help: str) -> None:
+    """--device and --preset, shared by the speed benchmarks (train, scaling), and --vocab_size with its meaning."""
+    parser.add_argument("--device", default="auto", help='"auto" (CUDA when there is one), "cuda", "cuda:1" or "cpu"')
+    parser.add_argument(
+        "--preset", help="configuration/<preset>.json: base, big, small, tiny, or a JSON path (default base)"
+    )
+    parser.add_argument("--vocab_size", type=positive, help=vocab_help)
+
+
+def add_run_arguments(parser, *, seed_help: str, smoke_help: str, results: str = ".jsonl and .md") -> None:
+    """--threads, --seed, --smoke, --out_dir and --isa, shared by the speed benchmarks (train, scaling)."""
+    parser.add_argument(
+        "--threads", type=positive, help="CPU threads for torch (default: torch's choice; 1 with --smoke)"
+    )
+    parser.add_argument("--seed", type=int, default=0, help=seed_help)
+    parser.add_argument("--smoke", action="store_true", help=smoke_help)
+    parser.add_argument("--out_dir", help=f"folder for the {results} results (default benchmarks/results)")
+    parser.add_argument(
+        "--isa",
+        choices=isa_choices(),
+        help="cap oneDNN, ATen, fbgemm, MKL and CTranslate2 at this instruction set (ONEDNN_MAX_CPU_ISA, "
+        "ATEN_CPU_CAPABILITY ...; the script restarts with them set) to measure that CPU class here; default native",
+    )
+
+
+def positive(text: str) -> int:
+    """argparse type: an integer ≥ 1, with the bad value named (argparse shows an ArgumentTypeError as it is)."""
+    import argparse
+
+    try:
+        return positive_int(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def set_threads(threads: int | None) -> None:
     """Pin torch's CPU threads (and OpenMP's) so every system in a run uses the same number."""
     if threads:

@@ -42,15 +42,17 @@ import torch
 from tqdm.auto import tqdm
 
 from benchmarks.common import (
+    add_model_arguments,
+    add_run_arguments,
     apply_isa,
     emit,
     environment,
     fill_defaults,
     free_path,
-    isa_choices,
     markdown_table,
     peak_memory_gib,
     pick_device,
+    positive,
     reset_peak_memory,
     save_results,
     set_threads,
@@ -62,7 +64,6 @@ from benchmarks.train import (
     build_model,
     load_preset,
     make_optimizer,
-    positive,
     positive_list,
     random_batch,
     release,
@@ -213,24 +214,18 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m benchmarks.scaling", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     a = p.add_argument
-    a("--device", default="auto", help='"auto" (CUDA when there is one), "cuda", "cuda:1" or "cpu"')
-    a("--preset", help="configuration/<preset>.json: base, big, small, tiny, or a JSON path (default base)")
-    a("--vocab_size", type=positive, help="V, replacing the preset's (default: the preset's)")
+    add_model_arguments(p, "V, replacing the preset's (default: the preset's)")
     a("--lengths", type=positive_list, help="length sweep: T values, comma-separated (default 16..256 GPU, 8..64 CPU)")
     a("--batch_size", type=positive, help="length sweep: the fixed B (default 64 GPU, 8 CPU)")
     a("--batch_sizes", type=positive_list, help="batch sweep: B values, comma-separated (default 8..128 GPU, 1..8 CPU)")
     a("--length", type=positive, help="batch sweep: the fixed T (default 128 GPU, 32 CPU)")
     a("--warmup", type=int, help="untimed steps per point after the memory step (default 2 GPU, 1 CPU)")
     a("--repeats", type=positive, help="timed steps per point (default 10 GPU, 2 CPU)")
-    a("--threads", type=positive, help="CPU threads for torch (default: torch's choice; 1 with --smoke)")
-    a("--seed", type=int, default=0, help="seed of the weights and the random batches")
-    a("--smoke", action="store_true", help="seconds-long check: tiny preset, T 4-16, B 1-4, 2 timed steps, 1 thread")
-    a("--out_dir", help="folder for the .jsonl, .md and .png results (default benchmarks/results)")
-    a(
-        "--isa",
-        choices=isa_choices(),
-        help="cap oneDNN, ATen, fbgemm, MKL and CTranslate2 at this instruction set (ONEDNN_MAX_CPU_ISA, "
-        "ATEN_CPU_CAPABILITY ...; the script restarts with them set) to measure that CPU class here; default native",
+    add_run_arguments(
+        p,
+        seed_help="seed of the weights and the random batches",
+        smoke_help="seconds-long check: tiny preset, T 4-16, B 1-4, 2 timed steps, 1 thread",
+        results=".jsonl, .md and .png",
     )
     return p
 

@@ -74,15 +74,16 @@ import torch
 from tqdm.auto import tqdm
 
 from benchmarks.common import (
+    add_model_arguments,
+    add_run_arguments,
     apply_isa,
     emit,
     environment,
     fill_defaults,
-    isa_choices,
     markdown_table,
     peak_memory_gib,
     pick_device,
-    positive_int,
+    positive,
     reset_peak_memory,
     save_results,
     set_threads,
@@ -168,14 +169,6 @@ TABLE = [
 
 
 # ---- argument types (argparse shows an ArgumentTypeError's message as it is) ----
-
-
-def positive(text: str) -> int:
-    """argparse type: an integer ≥ 1, with the bad value named."""
-    try:
-        return positive_int(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def positive_float(text: str) -> float:
@@ -473,13 +466,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m benchmarks.train", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     a = p.add_argument
-    a("--device", default="auto", help='"auto" (CUDA when there is one), "cuda", "cuda:1" or "cpu"')
-    a("--preset", help="configuration/<preset>.json: base, big, small, tiny, or a JSON path (default base)")
-    a(
-        "--vocab_size",
-        type=positive,
-        help="V for the fixed case and the BPE size for the budget case (default: preset's)",
-    )
+    add_model_arguments(p, "V for the fixed case and the BPE size for the budget case (default: preset's)")
     a("--cases", type=choice_list(CASES), default=list(CASES), help="comma-separated: fixed, budget (default both)")
     a("--compile", type=choice_list(COMPILE), help="comma-separated: none, compile (default: none on CPU, both on GPU)")
     a("--batch_size", type=positive, help="fixed case: B sentence pairs per step (default 200 GPU, 8 CPU)")
@@ -499,19 +486,10 @@ def build_parser() -> argparse.ArgumentParser:
         " the times are pooled: cancels drift on a shared CPU (default 3 CPU, 1 GPU)",
     )
     a("--peak_tflops", type=positive_float, help="peak FLOP/s in 10^12 for MFU (default 989 on CUDA, none on CPU)")
-    a("--threads", type=positive, help="CPU threads for torch (default: torch's choice; 1 with --smoke)")
-    a("--seed", type=int, default=0, help="seed of the weights, the random batch and the batch order")
-    a(
-        "--smoke",
-        action="store_true",
-        help="seconds-long check: tiny preset, batch 4, lengths 8, 2 timed steps, 1 thread",
-    )
-    a("--out_dir", help="folder for the .jsonl and .md results (default benchmarks/results)")
-    a(
-        "--isa",
-        choices=isa_choices(),
-        help="cap oneDNN, ATen, fbgemm, MKL and CTranslate2 at this instruction set (ONEDNN_MAX_CPU_ISA, "
-        "ATEN_CPU_CAPABILITY ...; the script restarts with them set) to measure that CPU class here; default native",
+    add_run_arguments(
+        p,
+        seed_help="seed of the weights, the random batch and the batch order",
+        smoke_help="seconds-long check: tiny preset, batch 4, lengths 8, 2 timed steps, 1 thread",
     )
     return p
 
