@@ -43,6 +43,8 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, get_type_hints
 
+from transformers import HfArgumentParser
+
 from training.checkpoints.complete import move_aside
 from training.common.arguments import command_parser, parse_command
 from training.common.checks import language_problem, positive_integer_problem
@@ -155,6 +157,15 @@ DATA_SOURCE = {"dataset_name": ("dataset_name", "dataset_config"),
                "train_file": ("train_file", "validation_file", "test_file")}  # fmt: skip
 
 
+@dataclass
+class FirstLook:
+    """What the defaults depend on, read before the full command line: the recipe, and the data source given."""
+
+    recipe: str = DEFAULT_RECIPE
+    dataset_name: str | None = None
+    train_file: str | None = None
+
+
 def setting_types() -> dict[str, type]:
     """Each setting's type (int, float, bool or str), in the order of --help."""
     types = {}
@@ -243,10 +254,7 @@ def parse_settings(argv: list[str] | None = None) -> dict[str, Any]:
 
     A data source on the command line replaces the recipe's other one: `--train_file` drops the recipe's
     dataset_name and dataset_config, `--dataset_name` its files (tests/test_train_script.py)."""
-    first = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
-    first.add_argument("--recipe", default=DEFAULT_RECIPE)
-    for flag in DATA_SOURCE:
-        first.add_argument(f"--{flag}", f"--{flag.replace('_', '-')}")
+    first = HfArgumentParser(FirstLook, add_help=False, allow_abbrev=False)
     given = first.parse_known_args(argv)[0]
     try:
         defaults, recipe_error = recipe_defaults(given.recipe), None
