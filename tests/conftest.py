@@ -1,4 +1,7 @@
-"""Fixtures shared by the test modules."""
+"""Fixtures shared by the test modules.
+
+tests/ is not a package: pytest (its default `prepend` import mode) puts this folder on sys.path, so test modules
+import their helpers (tiny_runs, isolated, transformers_suite) by plain name."""
 
 import pytest
 import torch

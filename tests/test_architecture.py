@@ -11,10 +11,7 @@ from torch import nn
 
 from modeling_vaswani import VaswaniConfig, VaswaniForConditionalGeneration, VaswaniModel, sinusoids
 
-try:
-    from .tiny_runs import randomise_norms_and_biases
-except ImportError:  # tests/ is not a package: pytest put it on sys.path
-    from tiny_runs import randomise_norms_and_biases
+from tiny_runs import randomise_norms_and_biases
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configuration"
 TINY = dict(vocab_size=50, d_model=32, h=4, d_ff=64, encoder_layers=3, decoder_layers=2, p_drop=0.0)

@@ -7,10 +7,7 @@ import torch
 
 from modeling_vaswani import VaswaniConfig, VaswaniForConditionalGeneration
 
-try:
-    from .tiny_runs import randomise_norms_and_biases
-except ImportError:  # tests/ is not a package: pytest put it on sys.path
-    from tiny_runs import randomise_norms_and_biases
+from tiny_runs import randomise_norms_and_biases
 
 TINY = dict(vocab_size=50, d_model=32, h=4, d_ff=64, encoder_layers=2, decoder_layers=2, p_drop=0.0)
 # fp32, same maths in a different order (fused kernels vs matmul + softmax): measured differences ~1e-6.

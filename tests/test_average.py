@@ -10,13 +10,10 @@ from safetensors.torch import load_file, save_file
 
 from training.average import main as average_main
 from training.checkpoints.averaging import average_state_dicts
+from training.checkpoints.complete import COMPLETE_MARKER
 from training.train import main as train_main
 
-try:
-    from .tiny_runs import write_inputs
-except ImportError:  # tests/ is not a package: pytest put it on sys.path
-    from tiny_runs import write_inputs
-from training.checkpoints.complete import COMPLETE_MARKER
+from tiny_runs import write_inputs
 
 REPO = Path(__file__).resolve().parent.parent
 

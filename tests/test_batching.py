@@ -20,10 +20,7 @@ from training.trainer.batching import (
     _let_set_epoch_reach,
 )
 
-try:
-    from .tiny_runs import cpu_trainer_args
-except ImportError:  # tests/ is not a package: pytest put it on sys.path
-    from tiny_runs import cpu_trainer_args
+from tiny_runs import cpu_trainer_args
 
 VOCAB = 30
 
@@ -261,6 +258,17 @@ class RecordingTrainer(TokenBudgetTrainerMixin, Seq2SeqTrainer):
         return super().training_step(model, inputs, num_items_in_batch)
 
 
+def recording(model, tmp_path, dataset, max_tokens: int, **settings) -> RecordingTrainer:
+    """A RecordingTrainer on `dataset` with transformers' seq2seq collator; `settings` go to the CPU Trainer args."""
+    return RecordingTrainer(
+        model=model,
+        args=args(tmp_path, **settings),
+        train_dataset=dataset,
+        data_collator=DataCollatorForSeq2Seq(tokenizer(), model=model, label_pad_token_id=-100),
+        max_tokens=max_tokens,
+    )
+
+
 class FeatureKeys:
     """A collator wrapper that records the keys of every feature the collator is given."""
 
@@ -325,25 +333,13 @@ def test_resumed_trainer_continues_with_the_batches_of_the_uninterrupted_run(tmp
     dataset = rows(src, tgt)
     settings = {"max_steps": 5, "gradient_accumulation_steps": 2, "save_strategy": "steps", "save_steps": 4}
     model = tiny_model()
-    full = RecordingTrainer(
-        model=model,
-        args=args(tmp_path, **settings),
-        train_dataset=dataset,
-        data_collator=DataCollatorForSeq2Seq(tokenizer(), model=model, label_pad_token_id=-100),
-        max_tokens=48,
-    )
+    full = recording(model, tmp_path, dataset, 48, **settings)
     per_epoch = len(TokenBudgetBatchSampler(src, tgt, max_tokens=48, seed=full.seed))
     assert per_epoch == 5  # 3 steps per epoch (2 + 2 + 1 micro-batches): step 4 is the first of epoch 1
     full.train()
 
     restarted = tiny_model(seed=123)  # other weights: the checkpoint must bring back the trained ones
-    resumed = RecordingTrainer(
-        model=restarted,
-        args=args(tmp_path, **settings),
-        train_dataset=dataset,
-        data_collator=DataCollatorForSeq2Seq(tokenizer(), model=restarted, label_pad_token_id=-100),
-        max_tokens=48,
-    )
+    resumed = recording(restarted, tmp_path, dataset, 48, **settings)
     resumed.train(resume_from_checkpoint=str(tmp_path / "checkpoint-4"))
 
     after_step_4 = full.seen[-2:]  # step 5: micro-batches 2 and 3 of epoch 1
@@ -373,16 +369,8 @@ def test_loss_is_normalised_per_target_token_across_gradient_accumulation(tmp_pa
     settings = {"max_steps": 1, "optim": "sgd", "learning_rate": 1.0, "lr_scheduler_type": "constant"}
     settings |= {"max_grad_norm": 0.0, "train_sampling_strategy": "sequential"}
 
-    def trainer(model, max_tokens, accumulation):
-        return RecordingTrainer(
-            model=model,
-            args=args(tmp_path, gradient_accumulation_steps=accumulation, **settings),
-            train_dataset=dataset,
-            data_collator=DataCollatorForSeq2Seq(tokenizer(), model=model, label_pad_token_id=-100),
-            max_tokens=max_tokens,
-        )
-
-    accumulated, single = trainer(model_a, 14, 2), trainer(model_b, 28, 1)
+    accumulated = recording(model_a, tmp_path, dataset, 14, gradient_accumulation_steps=2, **settings)
+    single = recording(model_b, tmp_path, dataset, 28, gradient_accumulation_steps=1, **settings)
     assert accumulated.model_accepts_loss_kwargs  # Trainer passes num_items_in_batch to this model's forward
     accumulated.train()
     single.train()

@@ -17,10 +17,7 @@ from training.checkpoints.complete import (
 )
 from training.train import main as train_main
 
-try:
-    from .tiny_runs import TINY_TRAIN_ARGS, write_inputs
-except ImportError:  # tests/ is not a package: pytest put it on sys.path
-    from tiny_runs import TINY_TRAIN_ARGS, write_inputs
+from tiny_runs import TINY_TRAIN_ARGS, write_inputs
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 

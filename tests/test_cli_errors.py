@@ -18,10 +18,7 @@ from training.common.errors import EXIT_BAD_INPUT, run_command
 from training.data.corpus import default_corpus
 from training.data.tokenizer import train_tokenizer
 
-try:
-    from .tiny_runs import TINY_TRAIN_ARGS, write_inputs
-except ImportError:  # tests/ is not a package: pytest put it on sys.path
-    from tiny_runs import TINY_TRAIN_ARGS, write_inputs
+from tiny_runs import TINY_TRAIN_ARGS, write_inputs
 
 REPO = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO), "TOKENIZERS_PARALLELISM": "false"}

@@ -271,37 +271,35 @@ def test_counted_nouns_agree_in_number_and_case(pairs):
 MONTHS = dict(corpus.MONTHS)
 
 
-def test_dates_put_the_day_first_with_a_period(pairs):
+def check_rules(pairs, rules) -> int:
+    """Each pair whose English fully matches a rule's pattern must have the German the rule makes of the match;
+    returns how many pairs were checked."""
     checked = 0
     for en, de in pairs:
-        match = re.fullmatch(r"on (\w+) (\d+), (\d{4})", en)
-        if match:
-            month, day, year = match.groups()
-            assert de == f"am {day}. {MONTHS[month]} {year}", (en, de)
-            checked += 1
-        match = re.fullmatch(r"the (\d+)(?:st|nd|rd|th) of (\w+)", en)
-        if match:
-            assert de == f"der {match.group(1)}. {MONTHS[match.group(2)]}", (en, de)
-            checked += 1
-    assert checked > 50
+        for pattern, german in rules:
+            match = re.fullmatch(pattern, en)
+            if match:
+                assert de == german(*match.groups()), (en, de)
+                checked += 1
+    return checked
+
+
+def test_dates_put_the_day_first_with_a_period(pairs):
+    rules = [
+        (r"on (\w+) (\d+), (\d{4})", lambda month, day, year: f"am {day}. {MONTHS[month]} {year}"),
+        (r"the (\d+)(?:st|nd|rd|th) of (\w+)", lambda day, month: f"der {day}. {MONTHS[month]}"),
+    ]
+    assert check_rules(pairs, rules) > 50
 
 
 def test_clock_times(pairs):
     hours = {english_number(h): h for h in range(1, 13)}
-    de_hour = {h: german_number(h) for h in range(1, 13)}
-    checked = 0
-    for en, de in pairs:
-        match = re.fullmatch(r"at half past (\w+)", en)
-        if match:  # German counts half towards the next hour: half past seven → halb acht
-            assert de == f"um halb {de_hour[hours[match.group(1)] % 12 + 1]}", (en, de)
-            checked += 1
-        match = re.fullmatch(r"at (\d+):(\d\d) pm", en)
-        if match:
-            assert de == f"um {int(match.group(1)) % 12 + 12}:{match.group(2)} Uhr", (en, de)
-            checked += 1
-        if en == "at one o'clock":
-            assert de == "um ein Uhr"
-    assert checked > 20
+    rules = [  # German counts half towards the next hour: half past seven → halb acht
+        (r"at half past (\w+)", lambda hour: f"um halb {german_number(hours[hour] % 12 + 1)}"),
+        (r"at (\d+):(\d\d) pm", lambda hour, minute: f"um {int(hour) % 12 + 12}:{minute} Uhr"),
+        (r"at one o'clock", lambda: "um ein Uhr"),
+    ]
+    assert check_rules(pairs, rules) > 20
 
 
 def test_sentences_put_the_verb_where_german_wants_it(pairs):

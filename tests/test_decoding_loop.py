@@ -15,12 +15,8 @@ from transformers.generation.streamers import BaseStreamer
 
 from modeling_vaswani import VaswaniForConditionalGeneration, gnmt_length_penalty
 
-try:
-    from .isolated import run_isolated
-    from .test_generation import trained  # noqa: F401  (the fixture)
-except ImportError:  # tests/ is not a package: pytest put it on sys.path
-    from isolated import run_isolated
-    from test_generation import trained  # noqa: F401
+from isolated import run_isolated
+from test_generation import trained  # noqa: F401  (the fixture, used by name)
 
 EOS, PAD, START = 2, 1, 0
 
@@ -78,7 +74,7 @@ def reference_loop(model, input_ids, logits_processor, stopping_criteria, genera
 
 
 @pytest.fixture(scope="module")
-def models(one_thread, trained) -> tuple[VaswaniForConditionalGeneration, Reference]:
+def models(one_thread, trained) -> tuple[VaswaniForConditionalGeneration, Reference]:  # noqa: F811 (the fixture)
     """test_generation's half-trained reverser (outputs of varied length), and its reference twin."""
     reference = Reference(trained.config).use_paper_decoding().eval()
     reference.load_state_dict(trained.state_dict())

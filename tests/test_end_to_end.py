@@ -19,19 +19,12 @@ from huggingface_hub import ModelCard
 from transformers import AutoTokenizer
 
 from training.average import main as average_main
-
-try:
-    from .tiny_runs import write_inputs
-except ImportError:  # tests/ is not a package: pytest put it on sys.path
-    from tiny_runs import write_inputs
 from training.evaluate import main as evaluate_main
 from training.publish import main as publish_main
 from training.train import main as train_main
 
-try:
-    from .test_publish import UPLOAD_FILES, load_in_fresh_process
-except ImportError:
-    from test_publish import UPLOAD_FILES, load_in_fresh_process
+from test_publish import UPLOAD_FILES, load_in_fresh_process
+from tiny_runs import tiny_train_argv, write_inputs
 
 REPO = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO), "TOKENIZERS_PARALLELISM": "false"}
@@ -65,20 +58,11 @@ def test_train_average_evaluate_translate_publish_reload(tmp_path, capsys):
     run, avg, evaluation, upload = (tmp_path / name for name in ("run", "avg", "eval", "upload"))
 
     # 1. train 6 steps, a complete checkpoint every 3 (a small learning rate keeps the outputs non-empty)
-    summary = train_main([
-        "--model_config", str(tmp_path / "model.json"),
-        "--train_file", str(files["train"]),
-        "--validation_file", str(files["validation"]),
-        "--vocab_size", "300",
-        "--max_tokens_per_step", "600",
-        "--warmup_steps", "10",
-        "--lr_scale", "0.05",
-        "--logging_steps", "3",
-        "--eval_steps", "1000",
-        "--max_steps", "6",
-        "--save_steps", "3",
-        "--output_dir", str(run),
-    ])  # fmt: skip
+    summary = train_main(
+        tiny_train_argv(
+            files, run, "--lr_scale", "0.05", "--logging_steps", "3", "--max_steps", "6", "--save_steps", "3"
+        )
+    )
     assert summary["steps"] == 6
     assert (run / "checkpoint-3" / "checkpoint_complete.json").is_file()
     lap("train")

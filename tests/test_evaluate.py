@@ -14,10 +14,7 @@ from training.evaluation.scoring import evaluate_model
 from training.inference.translation import EvaluationError, load_model, token_batches
 from training.train import main as train_main
 
-try:
-    from .tiny_runs import write_inputs
-except ImportError:  # tests/ is not a package: pytest put it on sys.path
-    from tiny_runs import write_inputs
+from tiny_runs import write_inputs
 
 REPO = Path(__file__).resolve().parent.parent
 

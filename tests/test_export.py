@@ -32,12 +32,8 @@ from training.serving.formats import ExportError, check_format
 from training.serving.programs import ExportedForGeneration
 from training.train import main as train_main
 
-try:
-    from .isolated import run_isolated
-    from .tiny_runs import TINY_TRAIN_ARGS, write_inputs
-except ImportError:  # tests/ is not a package: pytest put it on sys.path
-    from isolated import run_isolated
-    from tiny_runs import TINY_TRAIN_ARGS, write_inputs
+from isolated import run_isolated
+from tiny_runs import TINY_TRAIN_ARGS, write_inputs
 
 pytestmark = pytest.mark.usefixtures("one_thread", "quiet_pt2_loading")  # one_thread: tests/conftest.py
 

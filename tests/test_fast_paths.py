@@ -21,10 +21,8 @@ from modeling_vaswani import VaswaniConfig, VaswaniForConditionalGeneration
 from modeling_vaswani.generation_vaswani import EosBanUntil
 from modeling_vaswani.kernels_vaswani import VaswaniLinear
 
-try:
-    from .test_decoding_loop import Reference, reference_loop
-except ImportError:  # tests/ is not a package: pytest put it on sys.path
-    from test_decoding_loop import Reference, reference_loop
+from test_decoding_loop import Reference, reference_loop
+from tiny_runs import train_to_reverse
 
 PAD, EOS = 1, 2
 needs_onednn = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="torch built without oneDNN")
@@ -68,18 +66,10 @@ def reverser() -> VaswaniForConditionalGeneration:
     forced, its top token is right everywhere with a margin of MARGIN logits. Greedy decoding then reverses exactly,
     and any kernel whose logits stay within MARGIN / 2 of these decodes the same, whatever the thread count: the
     number of training steps is not fixed, training runs until that holds (at most 3,000 steps)."""
-    model = make_model(seed=3).train()  # p_drop 0: nothing random in training but the seeded batches
-    opt = torch.optim.Adam(model.parameters(), lr=2e-3)
-    g = torch.Generator().manual_seed(0)
+    model = make_model(seed=3)  # p_drop 0: nothing random in training but the seeded batches
     check = torch.cat([REVERSE_SOURCES, torch.randint(3, 50, (64, 6), generator=torch.Generator().manual_seed(10))])
     margin = -math.inf
-    for step in range(1, 3001):
-        src = torch.randint(3, 50, (32, 6), generator=g)
-        labels = torch.cat([src.flip(1), torch.full((32, 1), EOS)], dim=1)
-        loss = model(input_ids=src, attention_mask=torch.ones_like(src), labels=labels).loss
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
+    for step in train_to_reverse(model, lr=2e-3, vocab=50, length=6, eos=EOS, steps=3000):
         if step % 100 == 0:
             margin = reversal_margin(model.eval(), check)
             model.train()

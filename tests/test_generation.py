@@ -8,6 +8,8 @@ from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
 
 from modeling_vaswani import VaswaniConfig, VaswaniForConditionalGeneration, gnmt_length_penalty
 
+from tiny_runs import train_to_reverse
+
 EOS, PAD, START = 2, 1, 0
 
 
@@ -20,16 +22,9 @@ def make_model(seed: int = 0, **overrides) -> VaswaniForConditionalGeneration:
 @pytest.fixture(scope="module")
 def trained() -> VaswaniForConditionalGeneration:
     """A model that has half-learned to reverse its input: its decoding varies, unlike a random model's."""
-    model = make_model(p_drop=0.0).train()
-    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
-    g = torch.Generator().manual_seed(0)
-    for _ in range(60):
-        src = torch.randint(3, 40, (32, 7), generator=g)
-        labels = torch.cat([src.flip(1), torch.full((32, 1), EOS)], dim=1)
-        loss = model(input_ids=src, attention_mask=torch.ones_like(src), labels=labels).loss
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
+    model = make_model(p_drop=0.0)
+    for _ in train_to_reverse(model, lr=3e-3, vocab=40, length=7, eos=EOS, steps=60):
+        pass
     return model.use_paper_decoding().eval()  # §6.1 decoding, as training/train.py sets it
 
 

@@ -21,14 +21,11 @@ from huggingface_hub import ModelCard
 from safetensors.torch import load_file
 
 from training.average import main as average_main
-
-try:
-    from .tiny_runs import write_inputs
-except ImportError:  # tests/ is not a package: pytest put it on sys.path
-    from tiny_runs import write_inputs
 from training.evaluate import main as evaluate_main
 from training.hub.model_card import TEMPLATE, CardError, render_card
 from training.train import main as train_main
+
+from tiny_runs import tiny_train_argv, write_inputs
 
 REPO = Path(__file__).resolve().parent.parent
 # a number as the card writes it: 297,472 / 0.98 / 1e-09; not the digits inside a word (vaswani2017 is a tag)
@@ -42,20 +39,8 @@ def run(tmp_path_factory) -> dict[str, Path]:
     generation config's 4, so the card must take the decoding of a score from its scores.json)."""
     root = tmp_path_factory.mktemp("card")
     files = write_inputs(root, train_size=300, validation_size=8, test_size=8)
-    train_main([
-        "--model_config", str(root / "model.json"),
-        "--train_file", str(files["train"]),
-        "--validation_file", str(files["validation"]),
-        "--test_file", str(files["test"]),
-        "--vocab_size", "300",
-        "--max_tokens_per_step", "600",
-        "--warmup_steps", "10",
-        "--logging_steps", "2",
-        "--eval_steps", "1000",
-        "--max_steps", "4",
-        "--save_steps", "2",
-        "--output_dir", str(root / "run"),
-    ])  # fmt: skip
+    steps = ("--logging_steps", "2", "--max_steps", "4", "--save_steps", "2")
+    train_main(tiny_train_argv(files, root / "run", *steps, splits=("validation", "test")))
     average_main([str(root / "run"), "--last", "2", "--output_dir", str(root / "avg"), "--quiet"])
     evaluate_main([
         "--model", str(root / "avg"),

@@ -27,10 +27,7 @@ from training.data.corpus import default_corpus
 from training.data.tokenizer import train_tokenizer
 from training.hub import upload
 
-try:
-    from .isolated import run_isolated
-except ImportError:  # tests/ is not a package: pytest put it on sys.path
-    from isolated import run_isolated
+from isolated import run_isolated
 
 PACKAGE_DIR = Path(modeling_vaswani.__file__).resolve().parent
 REPO_ROOT = PACKAGE_DIR.parent

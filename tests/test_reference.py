@@ -14,10 +14,7 @@ from torch import nn
 
 from modeling_vaswani import VaswaniConfig, VaswaniForConditionalGeneration, VaswaniModel
 
-try:
-    from .tiny_runs import randomise_norms_and_biases
-except ImportError:  # tests/ is not a package: pytest put it on sys.path
-    from tiny_runs import randomise_norms_and_biases
+from tiny_runs import randomise_norms_and_biases
 
 # fp32 throughout; both sides do the same arithmetic in a different order, so they agree to ~1e-6.
 ATOL, RTOL = 1e-5, 0.0

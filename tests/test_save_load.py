@@ -13,10 +13,7 @@ from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM, Generatio
 import modeling_vaswani
 from modeling_vaswani import VaswaniConfig, VaswaniForConditionalGeneration, VaswaniModel
 
-try:
-    from .isolated import run_isolated
-except ImportError:  # tests/ is not a package: pytest put it on sys.path
-    from isolated import run_isolated
+from isolated import run_isolated
 
 TINY = dict(vocab_size=99, d_model=16, d_ff=32, h=2, encoder_layers=2, decoder_layers=2, p_drop=0.0)
 PACKAGE_DIR = Path(modeling_vaswani.__file__).resolve().parent

@@ -10,10 +10,7 @@ from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments, TrainerCallba
 from modeling_vaswani import VaswaniConfig, VaswaniForConditionalGeneration
 from training.trainer.schedule import PaperScheduleTrainerMixin, get_paper_schedule, paper_lrate
 
-try:
-    from .tiny_runs import cpu_trainer_args
-except ImportError:  # tests/ is not a package: pytest put it on sys.path
-    from tiny_runs import cpu_trainer_args
+from tiny_runs import cpu_trainer_args
 
 
 def formula(step: int, d_model: int, warmup: int) -> float:

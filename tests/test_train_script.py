@@ -12,14 +12,12 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-try:
-    from .tiny_runs import write_inputs
-except ImportError:  # tests/ is not a package: pytest put it on sys.path
-    from tiny_runs import write_inputs
 from training.checkpoints.complete import COMPLETE_MARKER, last_complete_checkpoint
 from training.train import EXAMPLES, parse_settings, setting_types
 from training.train import main as train_main
 from training.trainer.build import TRAINING_ARGUMENTS
+
+from tiny_runs import tiny_train_argv, write_inputs
 
 REPO = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO), "TOKENIZERS_PARALLELISM": "false"}
@@ -36,19 +34,7 @@ def data(tmp_path_factory) -> dict[str, Path]:
 
 
 def args(data: dict[str, Path], out: Path, *extra: str, model: str = "model") -> list[str]:
-    return [
-        "--model_config", str(data[model]),
-        "--train_file", str(data["train"]),
-        "--validation_file", str(data["validation"]),
-        "--vocab_size", "300",
-        "--max_tokens_per_step", "600",
-        "--warmup_steps", "10",
-        "--logging_steps", "5",
-        "--eval_steps", "1000",
-        "--save_steps", "1000",
-        "--output_dir", str(out),
-        *extra,
-    ]  # fmt: skip
+    return tiny_train_argv(data, out, "--logging_steps", "5", "--save_steps", "1000", *extra, model=model)
 
 
 def run_script(argv: list[str], *launcher: str) -> subprocess.CompletedProcess:

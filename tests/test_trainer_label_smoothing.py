@@ -15,10 +15,7 @@ from transformers import Seq2SeqTrainer, default_data_collator
 from modeling_vaswani import VaswaniConfig, VaswaniForConditionalGeneration
 from training.trainer.trainer import VaswaniTrainer
 
-try:
-    from .tiny_runs import cpu_trainer_args
-except ImportError:  # tests/ is not a package: pytest put it on sys.path
-    from tiny_runs import cpu_trainer_args
+from tiny_runs import cpu_trainer_args
 
 EPS = 0.1
 

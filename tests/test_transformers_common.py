@@ -15,10 +15,7 @@ import pytest
 
 from modeling_vaswani import VaswaniConfig, VaswaniForConditionalGeneration, VaswaniModel
 
-try:
-    from . import transformers_suite
-except ImportError:  # tests/ is not a package: pytest put it on sys.path
-    import transformers_suite
+import transformers_suite
 
 try:
     suite = transformers_suite.load_suite()

@@ -10,15 +10,12 @@ from pathlib import Path
 import pytest
 import torch
 
+from training.common.files import split_lines
 from training.inference.translation import load_model
 from training.train import main as train_main
-
-try:
-    from .tiny_runs import write_inputs
-except ImportError:  # tests/ is not a package: pytest put it on sys.path
-    from tiny_runs import write_inputs
-from training.common.files import split_lines
 from training.translate import main as translate_main
+
+from tiny_runs import write_inputs
 
 REPO = Path(__file__).resolve().parent.parent
 # one OpenMP thread: the model is tiny, and spinning worker threads slow a busy machine down a lot

@@ -14,6 +14,19 @@ REPO = Path(__file__).resolve().parent.parent
 TINY_TRAIN_ARGS = ["--vocab_size", "300", "--max_tokens_per_step", "600"]
 
 
+def tiny_train_argv(
+    files: dict[str, Path], out: Path, *extra: str, splits: tuple[str, ...] = ("validation",), model: str = "model"
+) -> list[str]:
+    """training.train's command line for a tiny run on `write_inputs`' files: the model preset `files[model]`, the
+    training file and the `splits` named, TINY_TRAIN_ARGS, 10 warmup steps, no validation during training (it comes
+    at the end), `out` as the output folder, then `extra`."""
+    data = [arg for split in ("train", *splits) for arg in (f"--{split}_file", str(files[split]))]
+    return [
+        "--model_config", str(files[model]), *data, *TINY_TRAIN_ARGS,
+        "--warmup_steps", "10", "--eval_steps", "1000", "--output_dir", str(out), *extra,
+    ]  # fmt: skip
+
+
 def write_inputs(
     root: Path, *, train_size: int, validation_size: int = 0, test_size: int = 0, seed: int = 1, **model: object
 ) -> dict[str, Path]:
@@ -56,3 +69,19 @@ def randomise_norms_and_biases(model: torch.nn.Module) -> torch.nn.Module:
             elif name.endswith("bias"):
                 p.normal_(0.0, 0.2)
     return model
+
+
+def train_to_reverse(model: torch.nn.Module, *, lr: float, vocab: int, length: int, eos: int = 2, steps: int):
+    """Teaches `model` to reverse random sequences of ids 3..vocab-1 of `length` tokens (then </s>): Adam, batches
+    of 32 from a seeded generator. Yields the step number after each optimizer step, so a caller can stop early."""
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    g = torch.Generator().manual_seed(0)
+    model.train()
+    for step in range(1, steps + 1):
+        src = torch.randint(3, vocab, (32, length), generator=g)  # (B, T)
+        labels = torch.cat([src.flip(1), torch.full((32, 1), eos)], dim=1)  # (B, T + 1)
+        loss = model(input_ids=src, attention_mask=torch.ones_like(src), labels=labels).loss
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        yield step
