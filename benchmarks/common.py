@@ -5,10 +5,12 @@ Each script prints one JSON line per measurement and a markdown table, and write
 is added instead), each record carrying the date, the hardware and the library versions.
 """
 
+import argparse
 import contextlib
 import datetime
 import functools
 import json
+import math
 import os
 import platform
 import re
@@ -303,17 +305,6 @@ def save_results(name: str, env: dict, rows: list[dict], table: str, out_dir: st
     return jsonl, md
 
 
-def positive_int(text: str) -> int:
-    """argparse type: an integer ≥ 1, with the bad value named."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise ValueError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise ValueError(f"expected a positive integer, got {value}")
-    return value
-
-
 def add_model_arguments(parser, vocab_help: str) -> None:
     """--device and --preset, shared by the speed benchmarks (train, scaling), and --vocab_size with its meaning."""
     parser.add_argument("--device", default="auto", help='"auto" (CUDA when there is one), "cuda", "cuda:1" or "cpu"')
@@ -339,14 +330,86 @@ def add_run_arguments(parser, *, seed_help: str, smoke_help: str, results: str =
     )
 
 
-def positive(text: str) -> int:
-    """argparse type: an integer ≥ 1, with the bad value named (argparse shows an ArgumentTypeError as it is)."""
-    import argparse
+# ---- argument types (argparse shows an ArgumentTypeError's message as it is) ----
 
+
+def _positive(text: str, cast: Callable[[str], float], what: str):
     try:
-        return positive_int(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
+        value = cast(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive {what}, got {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive {what}, got {value}")
+    return value
+
+
+def positive(text: str) -> int:
+    """argparse type: an integer ≥ 1, with the bad value named."""
+    return _positive(text, int, "integer")
+
+
+def positive_float(text: str) -> float:
+    """argparse type: a finite number > 0, with the bad value named."""
+    return _positive(text, float, "number")
+
+
+def positive_list(text: str) -> list[int]:
+    """argparse type: comma-separated integers ≥ 1, e.g. "8,16,32" (repeats dropped)."""
+    items = [x.strip() for x in text.split(",") if x.strip()]
+    if not items:
+        raise argparse.ArgumentTypeError(f"expected comma-separated positive integers, got {text!r}")
+    return list(dict.fromkeys(positive(x) for x in items))
+
+
+def choice_list(choices: tuple[str, ...]) -> Callable[[str], list[str]]:
+    """argparse type: a comma-separated subset of `choices`, in the order given."""
+
+    def parse(text: str) -> list[str]:
+        items = [x.strip() for x in text.split(",") if x.strip()]
+        unknown = [x for x in items if x not in choices]
+        if not items or unknown:
+            raise argparse.ArgumentTypeError(
+                f"expected a comma-separated list of {', '.join(choices)}; got {text!r}"
+                + (f" (unknown: {', '.join(unknown)})" if unknown else "")
+            )
+        return list(dict.fromkeys(items))
+
+    return parse
+
+
+def benchmark_parser(module: str, doc: str | None):
+    """The parser of `python -m benchmarks.<module>`: its docstring (runnable commands) as the description."""
+    return argparse.ArgumentParser(
+        prog=f"python -m benchmarks.{module}", description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+
+
+def report(name: str, env: dict, rows: list[dict], columns: list[str], out_dir, shown: list[dict] | None = None):
+    """Print `shown` (default `rows`) as a markdown table over `columns`, save `rows` and the table with
+    `save_results`, and say where (on stderr: stdout keeps the table and the JSON lines)."""
+    table = markdown_table(rows if shown is None else shown, columns)
+    print(table)
+    jsonl, md = save_results(name, env, rows, table, out_dir)
+    print(f"results: {jsonl} and {md}", file=sys.stderr)
+    return jsonl, md
+
+
+def pyplot():
+    """matplotlib's pyplot, drawing to files only (no screen needed)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def save_figure(fig, path: Path, dpi: int = 100) -> Path:
+    """Lay out `fig`, write it to `path` as PNG and free it."""
+    fig.tight_layout()
+    fig.savefig(path, dpi=dpi)
+    pyplot().close(fig)
+    return path
 
 
 def set_threads(threads: int | None) -> None:

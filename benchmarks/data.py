@@ -409,11 +409,9 @@ def project(cold: list[dict], pairs: int) -> dict:
 def plot(jsonl: Path, png: Path, projected_pairs: int = 4_500_000) -> Path:
     """Preparation time and peak memory against N (cold runs, solid), and `project`'s estimate at WMT14 en-de's
     4.5M pairs (dashed, hollow marker: a projection, not a measurement)."""
-    import matplotlib
+    from benchmarks.common import pyplot, save_figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     rows = [json.loads(line) for line in jsonl.read_text().splitlines() if line.strip()]
     cold = sorted((r for r in rows if r["step"] == "cold"), key=lambda r: r["pairs"])
     guess = project(cold, projected_pairs) if len({r["pairs"] for r in cold}) >= 2 else None
@@ -438,26 +436,21 @@ def plot(jsonl: Path, png: Path, projected_pairs: int = 4_500_000) -> Path:
     ax_m.axhline(1.5, color="grey", lw=0.8, ls=":")  # ... and 1.5 GiB at every N
     ax_t.set_title("cold preparation time (dashed: projected)")
     ax_m.set_title("peak memory during cold preparation")
-    fig.tight_layout()
-    fig.savefig(png, dpi=100)
-    plt.close(fig)
-    return png
+    return save_figure(fig, png)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from benchmarks.common import positive_int
+    from benchmarks.common import benchmark_parser, positive
 
-    p = argparse.ArgumentParser(
-        prog="python -m benchmarks.data", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    p = benchmark_parser("data", __doc__)
     p.add_argument("--sizes", default="100000", help="comma-separated corpus sizes in pairs [100000]")
-    p.add_argument("--vocab_size", type=positive_int, default=37000, help="shared BPE size [37,000, §5.1]")
-    p.add_argument("--max_length", type=positive_int, default=128, help="pairs longer than this are dropped [128]")
-    p.add_argument("--max_tokens", type=positive_int, default=3000, help="tokens per side per step [3,000]")
+    p.add_argument("--vocab_size", type=positive, default=37000, help="shared BPE size [37,000, §5.1]")
+    p.add_argument("--max_length", type=positive, default=128, help="pairs longer than this are dropped [128]")
+    p.add_argument("--max_tokens", type=positive, default=3000, help="tokens per side per step [3,000]")
     p.add_argument("--train_steps", type=int, default=60, help="steps of the restart/streaming runs; 0: none [60]")
     p.add_argument(
         "--stream_chunk_pairs",
-        type=positive_int,
+        type=positive,
         default=None,
         help="the streaming run's chunk size [the command's: 100,000]",
     )
@@ -496,14 +489,11 @@ def main(argv: list[str] | None = None) -> list[dict]:
         raise SystemExit(f"--sizes must be positive, got {args.sizes!r}")
     if args.train_steps < 0:
         raise SystemExit(f"--train_steps must be >= 0, got {args.train_steps}")
-    from benchmarks.common import markdown_table, save_results
+    from benchmarks.common import report
 
     env = environment()
     rows = [row for pairs in sizes for row in measure_size(pairs, args, env)]
-    table = markdown_table(rows, COLUMNS)
-    print(table)
-    jsonl, md = save_results("data", env, rows, table, args.out_dir)
-    print(f"results: {jsonl}, {md}")
+    report("data", env, rows, COLUMNS, args.out_dir)
     return rows
 
 

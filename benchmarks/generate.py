@@ -37,12 +37,14 @@ from tqdm.auto import tqdm
 
 from benchmarks.common import (
     apply_isa,
+    benchmark_parser,
     emit,
     environment,
     isa_choices,
     markdown_table,
     pick_device,
-    positive_int,
+    positive,
+    report,
     save_results,
     set_threads,
     synchronize,
@@ -69,35 +71,35 @@ COLUMNS = ["mode", "system", "batch", "new_tokens", "median_s", "new_tokens_per_
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = benchmark_parser("generate", __doc__)
     parser.add_argument("--device", default="auto", help="cpu, cuda or auto (cuda when present)")
     parser.add_argument("--preset", default="base", help="a configuration/<preset>.json name or a config path")
-    parser.add_argument("--vocab_size", type=positive_int, default=37000, help="vocabulary (the paper's en-de BPE)")
-    parser.add_argument("--source_len", type=positive_int, default=32, help="tokens per source sentence")
-    parser.add_argument("--new_tokens", type=positive_int, help="tokens generated per sentence (CPU 32, GPU 48)")
-    parser.add_argument("--beam_batch", type=positive_int, help="sentences per batch, beam 4 (CPU 32, GPU 128)")
-    parser.add_argument("--greedy_batch", type=positive_int, help="sentences per batch, greedy (CPU 32, GPU 256)")
+    parser.add_argument("--vocab_size", type=positive, default=37000, help="vocabulary (the paper's en-de BPE)")
+    parser.add_argument("--source_len", type=positive, default=32, help="tokens per source sentence")
+    parser.add_argument("--new_tokens", type=positive, help="tokens generated per sentence (CPU 32, GPU 48)")
+    parser.add_argument("--beam_batch", type=positive, help="sentences per batch, beam 4 (CPU 32, GPU 128)")
+    parser.add_argument("--greedy_batch", type=positive, help="sentences per batch, greedy (CPU 32, GPU 256)")
     parser.add_argument("--modes", default="beam4,greedy", help="comma list of beam4, greedy")
     parser.add_argument(
         "--systems", help=f"comma list (CPU default {','.join(CPU_SYSTEMS)}; GPU {','.join(GPU_SYSTEMS)})"
     )
-    parser.add_argument("--threads", type=positive_int, help="CPU threads for torch and CTranslate2 (default: torch's)")
+    parser.add_argument("--threads", type=positive, help="CPU threads for torch and CTranslate2 (default: torch's)")
     parser.add_argument("--warmup", type=int, default=1, help="untimed calls before timing")
-    parser.add_argument("--repeats", type=positive_int, default=3, help="timed calls; the median is reported")
+    parser.add_argument("--repeats", type=positive, default=3, help="timed calls; the median is reported")
     parser.add_argument("--skip_speed", action="store_true", help="only the BLEU part (needs --bleu_model)")
     parser.add_argument("--model", help="real-data mode: a trained model folder (with --test_file)")
     parser.add_argument("--test_file", help="real-data mode: test data (Moses prefix, JSONL or TSV)")
-    parser.add_argument("--samples", type=positive_int, help="real-data mode: only the first N test sentences")
+    parser.add_argument("--samples", type=positive, help="real-data mode: only the first N test sentences")
     parser.add_argument(
         "--batch_tokens",
-        type=positive_int,
+        type=positive,
         help="real-data mode: source tokens per batch, padded (default: evaluate's)",
     )
     parser.add_argument("--bleu_model", help="a trained model folder: BLEU of fp32 vs int8, ours and CTranslate2")
     parser.add_argument("--bleu_test_file", help="test data for --bleu_model (Moses prefix, JSONL or TSV)")
     parser.add_argument("--source_lang", default="en", help="source language of --bleu_test_file")
     parser.add_argument("--target_lang", default="de", help="target language of --bleu_test_file")
-    parser.add_argument("--bleu_samples", type=positive_int, help="only the first N test sentences")
+    parser.add_argument("--bleu_samples", type=positive, help="only the first N test sentences")
     parser.add_argument(
         "--plain_malloc",
         action="store_true",
@@ -506,10 +508,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     env["malloc_keeps_freed_blocks"] = False if args.plain_malloc else keep_freed_memory_for_reuse()
     if args.model:
         rows = real_rows(args, device)
-        table = markdown_table(rows, REAL_COLUMNS)
-        print(table)
-        jsonl, md = save_results("generate-real", env, rows, table, args.out_dir)
-        print(f"results: {jsonl} and {md}", file=sys.stderr)
+        report("generate-real", env, rows, REAL_COLUMNS, args.out_dir)
         return rows
     rows = [] if args.skip_speed else speed_rows(args, device, env)
     table = markdown_table(rows, COLUMNS + (["vs_ct2_int8"] if device.type == "cpu" else [])) if rows else ""

@@ -210,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from benchmarks.common import emit, environment, markdown_table, save_results
+    from benchmarks.common import emit, environment, report
 
     env = environment(torch.device("cpu"))
     env["os_cpu_count"] = os.cpu_count()
@@ -231,10 +231,7 @@ def main(argv: list[str] | None = None) -> int:
         if base and "mean_ms" in row and "mean_ms" in base:
             row["slowdown_vs_idle_default"] = row["mean_ms"] / base["mean_ms"]
     columns = ["workload", "setting", "env_added", "load", "threads", "calls", "mean_ms", "median_ms", "foreign_cpu_s"]
-    table = markdown_table(rows, columns + ["slowdown_vs_idle_default", "error"])
-    print(table)
-    jsonl, md = save_results("load", env, rows, table, args.out_dir)
-    print(f"saved {jsonl} and {md}")
+    report("load", env, rows, columns + ["slowdown_vs_idle_default", "error"], args.out_dir)
     return 0
 
 

@@ -111,9 +111,9 @@ TABLE = [
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="python -m benchmarks.quality", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    from benchmarks.common import benchmark_parser
+
+    p = benchmark_parser("quality", __doc__)
     a = p.add_argument
     a("--recipe", default=str(ROOT / "configuration/recipe_small.json"), help="our recipe (default recipe_small)")
     a("--train_file", help=f"training pairs, Moses prefix / .jsonl / .tsv (default {MULTI30K}/train)")
@@ -569,12 +569,9 @@ def hardware(device_name: str) -> dict:
 
 def plot(records: dict[str, dict], path: Path, title: str) -> None:
     """Validation BLEU against steps, one line per system."""
-    import matplotlib
+    from benchmarks.common import pyplot, save_figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fig, ax = pyplot().subplots(figsize=(7, 4.5))
     for system, record in records.items():
         if record["val_curve"]:
             steps, bleu = zip(*record["val_curve"], strict=True)
@@ -585,9 +582,7 @@ def plot(records: dict[str, dict], path: Path, title: str) -> None:
     if ax.lines:
         ax.legend(loc="lower right")
     ax.set_title(title, fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path, dpi=110)
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
@@ -620,14 +615,12 @@ def main(argv: list[str] | None = None) -> list[dict]:
     env = hardware(device)
     env["isolation"] = args.note or "not stated"
     rows = decode_all(args, records, device)
-    from benchmarks.common import free_path, markdown_table, save_results
+    from benchmarks.common import free_path, report
 
-    table = markdown_table(rows, TABLE)
-    print(table)
-    jsonl, md = save_results("quality", env, rows, table, args.out_dir)
+    jsonl, _ = report("quality", env, rows, TABLE, args.out_dir)
     png = free_path(jsonl.parent, jsonl.stem, ".png")
     plot(records, png, f"{', '.join(records)}: {first['max_steps']} steps × {first['max_tokens_per_step']} tokens")
-    print(f"saved {jsonl}, {md} and {png}")
+    print(f"plot: {png}", file=sys.stderr)
     return rows
 
 

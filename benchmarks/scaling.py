@@ -45,16 +45,19 @@ from benchmarks.common import (
     add_model_arguments,
     add_run_arguments,
     apply_isa,
+    benchmark_parser,
     emit,
     environment,
     fill_defaults,
     free_path,
-    markdown_table,
     peak_memory_gib,
     pick_device,
     positive,
+    positive_list,
+    pyplot,
+    report,
     reset_peak_memory,
-    save_results,
+    save_figure,
     set_threads,
     time_it,
 )
@@ -64,7 +67,6 @@ from benchmarks.train import (
     build_model,
     load_preset,
     make_optimizer,
-    positive_list,
     random_batch,
     release,
     train_step,
@@ -177,11 +179,7 @@ def points(args: argparse.Namespace) -> list[tuple[str, int, int]]:
 
 def plot(rows: list[dict], path: Path, title: str) -> Path:
     """2 × 2 panels: step time and memory against T (top) and against B (bottom), one line per system."""
-    import matplotlib
-
-    matplotlib.use("Agg")  # files only, no screen
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     memory_key = "peak_memory_gib" if any(r.get("peak_memory_gib") is not None for r in rows) else None
     memory_key = memory_key or "saved_activations_gib"
     memory_label = "peak allocated (GiB)" if memory_key == "peak_memory_gib" else "saved activations (GiB)"
@@ -203,16 +201,11 @@ def plot(rows: list[dict], path: Path, title: str) -> Path:
             ax.grid(True, which="both", alpha=0.3)
             ax.legend()
     fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="python -m benchmarks.scaling", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    p = benchmark_parser("scaling", __doc__)
     a = p.add_argument
     add_model_arguments(p, "V, replacing the preset's (default: the preset's)")
     a("--lengths", type=positive_list, help="length sweep: T values, comma-separated (default 16..256 GPU, 8..64 CPU)")
@@ -278,13 +271,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     bar.close()
 
     shown = [{**r, "tokens_per_s": round(r["tokens_per_s"])} if r.get("tokens_per_s") else r for r in rows]
-    table = markdown_table(shown, TABLE)
-    print(table)
-    jsonl, md = save_results("scaling", env, rows, table, args.out_dir)
-    png = free_path(jsonl.parent, jsonl.stem, ".png")
+    jsonl, _ = report("scaling", env, rows, TABLE, args.out_dir, shown=shown)
     title = f"one training step, {args.preset} preset, {precision_name}, {env.get('gpu') or env['cpu']}"
-    plot(rows, png, title)
-    print(f"saved {jsonl}, {md} and {png}")
+    print(f"plot: {plot(rows, free_path(jsonl.parent, jsonl.stem, '.png'), title)}", file=sys.stderr)
     return rows
 
 

@@ -64,7 +64,6 @@ with "error" and the run goes on.
 import argparse
 import contextlib
 import gc
-import math
 import statistics
 import sys
 from collections.abc import Callable, Iterator
@@ -77,15 +76,17 @@ from benchmarks.common import (
     add_model_arguments,
     add_run_arguments,
     apply_isa,
+    benchmark_parser,
+    choice_list,
     emit,
     environment,
     fill_defaults,
-    markdown_table,
     peak_memory_gib,
     pick_device,
     positive,
+    positive_float,
+    report,
     reset_peak_memory,
-    save_results,
     set_threads,
     time_it,
 )
@@ -166,43 +167,6 @@ TABLE = [
     "tokens_per_s_ours_over_marian",
     "peak_memory_ours_over_marian",
 ]
-
-
-# ---- argument types (argparse shows an ArgumentTypeError's message as it is) ----
-
-
-def positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
-    return value
-
-
-def positive_list(text: str) -> list[int]:
-    """argparse type: comma-separated integers ≥ 1, e.g. "8,16,32"."""
-    items = [x.strip() for x in text.split(",") if x.strip()]
-    if not items:
-        raise argparse.ArgumentTypeError(f"expected comma-separated positive integers, got {text!r}")
-    return list(dict.fromkeys(positive(x) for x in items))
-
-
-def choice_list(choices: tuple[str, ...]) -> Callable[[str], list[str]]:
-    """argparse type: a comma-separated subset of `choices`, in the order given."""
-
-    def parse(text: str) -> list[str]:
-        items = [x.strip() for x in text.split(",") if x.strip()]
-        unknown = [x for x in items if x not in choices]
-        if not items or unknown:
-            raise argparse.ArgumentTypeError(
-                f"expected a comma-separated list of {', '.join(choices)}; got {text!r}"
-                + (f" (unknown: {', '.join(unknown)})" if unknown else "")
-            )
-        return list(dict.fromkeys(items))
-
-    return parse
 
 
 def load_preset(name: str, vocab_size: int | None = None) -> VaswaniConfig:
@@ -462,9 +426,7 @@ def ratio(a: float | None, b: float | None) -> float | None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="python -m benchmarks.train", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    p = benchmark_parser("train", __doc__)
     a = p.add_argument
     add_model_arguments(p, "V for the fixed case and the BPE size for the budget case (default: preset's)")
     a("--cases", type=choice_list(CASES), default=list(CASES), help="comma-separated: fixed, budget (default both)")
@@ -599,10 +561,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
         "tokens_per_s_median_step",
         "padded_tokens_per_s",
     )  # tokens/s as whole numbers in the table, not 1.234e+04
-    table = markdown_table([{**r, **{k: round(r[k]) for k in whole if r.get(k) is not None}} for r in rows], TABLE)
-    print(table)
-    jsonl, md = save_results("train", env, rows, table, args.out_dir)
-    print(f"saved {jsonl} and {md}")
+    shown = [{**r, **{k: round(r[k]) for k in whole if r.get(k) is not None}} for r in rows]
+    report("train", env, rows, TABLE, args.out_dir, shown=shown)
     return rows
 
 
