@@ -61,13 +61,18 @@ def translate_batched(
     progress bar). `stats`, if given, receives `source_tokens` and `generated_tokens` (special tokens and padding
     excluded). Batching does not change a translation: tests/test_evaluate.py decodes in one batch and in many.
     """
+    if tokenizer.pad_token_id is None:  # tokenizer.pad would fail at the first batch; say why before any work
+        raise ValueError(
+            f"the tokenizer ({type(tokenizer).__name__}) has no pad token: batches cannot be padded; set "
+            f"tokenizer.pad_token (the model pads with id {model.config.pad_token_id})"
+        )
     outputs = [""] * len(texts)
     keep = [i for i, text in enumerate(texts) if text.strip()]
     if not keep:
         return outputs
     truncate = {"truncation": True, "max_length": max_source_tokens} if max_source_tokens else {}
     encoded = tokenizer([texts[i].strip() for i in keep], **truncate)["input_ids"]
-    special = torch.tensor(sorted({*tokenizer.all_special_ids, tokenizer.pad_token_id}))
+    special = torch.tensor(sorted({*tokenizer.all_special_ids, tokenizer.pad_token_id}))  # (not counted as generated)
     device = next(model.parameters()).device
     source_tokens = generated_tokens = 0
     with torch.inference_mode():

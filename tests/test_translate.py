@@ -174,3 +174,17 @@ def test_the_models_pipeline_and_the_commands_share_one_translation_path(folder)
     assert piped == ours == [*generate_one(folder, SENTENCES[:4]), "", ""]
     # a budget that puts every sentence in a batch of its own changes nothing
     assert [out["translation_text"] for out in translator(texts, max_tokens=1)] == piped
+
+
+def test_a_tokenizer_without_a_pad_token_is_refused_before_translating(folder):
+    """translate_batched pads each batch with the tokenizer: without a pad token it says so, naming the model's pad
+    id, before generating anything."""
+    from modeling_vaswani import pipeline_vaswani
+
+    model, tokenizer = load_model(str(folder), "cpu")
+    tokenizer.pad_token = None
+    calls = []
+    model.generate = lambda *a, **k: calls.append(1)  # would record any decoding
+    with pytest.raises(ValueError, match=r"has no pad token: batches cannot be padded.*pads with id 1"):
+        pipeline_vaswani.translate_batched(model, tokenizer, ["a house", "a tree"])
+    assert calls == []
