@@ -22,11 +22,15 @@ lengths and the vocabulary are real ones. Each size N is measured in four steps,
    configuration/tiny.json): seconds from the start of its main() (before torch and transformers are imported) to
    the end of its first optimizer step (`restart_first_step_s`, run_summary.json's `seconds_to_first_step`), and its
    training tokens/s over `--train_steps` steps (`map_tokens_per_s`);
-4. **streaming**: the same run with `--streaming` (`stream_tokens_per_s`, `stream_over_map`), chunks of the
-   command's size unless `--stream_chunk_pairs` says otherwise. A short run pays for tokenizing its whole first chunk
-   (100,000 pairs) inside its training time, which a long run pays once per chunk: `stream_excess_s`
-   (stream_train_s - map_train_s) is that cost, reported for the projection to a long run. Small chunks are no way
-   around it: batches cut from fewer pairs hold more padding, hence fewer real tokens per step.
+4. **streaming**: the same run with `--streaming`, chunks of the command's size unless `--stream_chunk_pairs` says
+   otherwise. Both runs take the same `--train_steps` steps, and each is measured two ways, from run_summary.json:
+   the whole training time (`*_tokens_per_s`: Trainer's train_runtime) and the steady throughput after the first
+   optimizer step (`*_steady_tokens_per_s`: the real tokens of steps 2..N over the time from the end of step 1 to
+   the end of step N). The first step is reported apart (`*_first_step_train_s`, from train()'s start): it waits for
+   the data loader's first batch, which under --streaming is the tokenization of the whole first chunk (100,000
+   pairs), done once at the start as the map-style path prepares before it. Later chunks are prepared by a
+   background worker while training runs, so their cost is inside the steady window. `stream_over_map` compares
+   the steady rates; `stream_over_map_whole` the whole-run rates.
 
 Isolation: with `--lock FILE`, each measured step (one process) holds `flock FILE` from its start to its end, and
 every row records `other_cpu_s`: the CPU seconds the machine spent on anything else meanwhile (/proc/stat's busy
@@ -81,9 +85,12 @@ COLUMNS = [
     "peak_rss_gib",
     "other_cpu_s",
     "restart_first_step_s",
-    "map_tokens_per_s",
-    "stream_tokens_per_s",
+    "map_steady_tokens_per_s",
+    "stream_steady_tokens_per_s",
     "stream_over_map",
+    "map_first_step_train_s",
+    "stream_first_step_train_s",
+    "stream_over_map_whole",
 ]
 
 
@@ -330,6 +337,8 @@ def measure_training(folder: Path, args, streaming: bool) -> dict:
     return {
         "first_step_s": summary.get("seconds_to_first_step"),
         "tokens_per_s": summary["tokens_per_second"],
+        "steady_tokens_per_s": summary["steady_tokens_per_second"],
+        "first_step_train_s": summary["first_step_train_seconds"],
         "tokens": summary["tokens_seen_src_plus_tgt"],
         "train_s": summary["train_seconds"],
         "wall_s": memory["wall_s"],
@@ -366,7 +375,11 @@ def measure_size(pairs: int, args, env: dict) -> list[dict]:
             rows[-1]["stream_train_s"] = streamed["train_s"]
             rows[-1]["stream_peak_pss_gib"] = streamed["peak_pss_gib"]
             rows[-1]["map_peak_pss_gib"] = mapped["peak_pss_gib"]
-            rows[-1]["stream_over_map"] = streamed["tokens_per_s"] / mapped["tokens_per_s"]
+            for name, run in (("map", mapped), ("stream", streamed)):
+                rows[-1][f"{name}_steady_tokens_per_s"] = run["steady_tokens_per_s"]
+                rows[-1][f"{name}_first_step_train_s"] = run["first_step_train_s"]
+            rows[-1]["stream_over_map"] = streamed["steady_tokens_per_s"] / mapped["steady_tokens_per_s"]
+            rows[-1]["stream_over_map_whole"] = streamed["tokens_per_s"] / mapped["tokens_per_s"]
             rows[-1]["stream_excess_s"] = round(streamed["train_s"] - mapped["train_s"], 1)
             rows[-1]["map_tokens_per_step"] = round(mapped["tokens"] / args.train_steps)
             rows[-1]["stream_tokens_per_step"] = round(streamed["tokens"] / args.train_steps)

@@ -19,6 +19,10 @@ def test_data_benchmark_smoke(tmp_path):
         assert abs(row["prepare_s"] - sum(row[k] for k in ("load_s", "bpe_s", "tokenize_s", "table_s"))) < 0.01
     assert cached["restart_first_step_s"] > 0 and cached["map_tokens_per_s"] > 0
     assert cached["stream_tokens_per_s"] > 0 and cached["stream_over_map"] > 0
+    for run in ("map", "stream"):  # the first step (the loader's start) timed apart from the steady steps after it
+        assert cached[f"{run}_first_step_train_s"] > 0 and cached[f"{run}_steady_tokens_per_s"] > 0
+    steady = cached["stream_steady_tokens_per_s"] / cached["map_steady_tokens_per_s"]
+    assert cached["stream_over_map"] == steady
     [jsonl] = tmp_path.glob("data-*.jsonl")
     written = [json.loads(line) for line in jsonl.read_text().splitlines()]
     assert [r["step"] for r in written] == ["cold", "cached"] and written[0]["env"]["cpu"]

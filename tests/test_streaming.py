@@ -86,6 +86,33 @@ def test_resume_position_gives_the_batches_the_uninterrupted_stream_gives(corpus
     assert reached.position_after(97)["epoch"] == 1  # and one in the second epoch
 
 
+def test_prefetching_gives_the_batches_and_positions_of_preparing_every_chunk_here(corpus, tok):
+    """The worker process that prepares chunks ahead changes nothing a run sees: the same batches in the same order,
+    the same resume positions and counts, across chunks and epochs; its process ends with the stream's iterator."""
+    import psutil
+
+    here, ahead = make(corpus, tok, prefetch=False), make(corpus, tok, prefetch=True)
+    assert take(ahead, 100) == take(here, 100)  # several chunks and into the second epoch
+    assert [ahead.position_after(n) for n in range(100)] == [here.position_after(n) for n in range(100)]
+    assert ahead.stats == here.stats and ahead.stats["kept"] > PAIRS
+    assert psutil.Process().children(recursive=True) == []  # the worker did not outlive the iterator
+    resumed = make(corpus, tok, prefetch=True, position=here.position_after(45))
+    assert take(resumed, 30) == take(make(corpus, tok, prefetch=False), 75)[45:]
+    shard = {"rank": 1, "world_size": 2}  # a DDP process's share, read on past its first chunk by the worker
+    assert take(make(corpus, tok, prefetch=True, **shard), 60) == take(make(corpus, tok, prefetch=False, **shard), 60)
+
+
+def test_a_stream_resumed_after_the_last_batch_of_a_one_chunk_epoch_goes_on_with_the_next_epoch(corpus, tok):
+    """A position past the last batch of a chunk that is the whole epoch: the resumed stream starts the next epoch."""
+    batches = len(one_epoch(make(corpus, tok, chunk_pairs=1000)))
+    straight = take(make(corpus, tok, chunk_pairs=1000), batches + 5)
+    first = make(corpus, tok, chunk_pairs=1000)
+    take(first, batches)
+    position = first.position_after(batches)
+    assert (position["epoch"], position["chunk"], position["batch"]) == (0, 0, batches)
+    assert take(make(corpus, tok, chunk_pairs=1000, position=position), 5) == straight[batches:]
+
+
 def test_a_resumed_streaming_run_ends_with_the_uninterrupted_weights(tmp_path, corpus):
     """training.train --streaming: 12 steps straight, and the same run resumed from its step-6 checkpoint: the same
     parameters. Dropout is on, so the RNG state must come back at the point the uninterrupted run had it (the data
@@ -107,6 +134,9 @@ def test_a_resumed_streaming_run_ends_with_the_uninterrupted_weights(tmp_path, c
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
     summary = train_main([*common, "--output_dir", str(straight)])
     assert summary["steps"] == 12
+    # the first step (the stream's first chunk included) timed apart from the 11 after it
+    assert 0 < summary["first_step_train_seconds"] < summary["train_seconds"]
+    assert summary["steady_tokens_per_second"] > 0.8 * summary["tokens_per_second"]  # without the slowest step
     position = load_position(straight / "checkpoint-6", 0)
     assert position is not None and position["consumed"] == 6 and position["chunk"] > 0  # resumed past a chunk
     resumed.mkdir()

@@ -368,7 +368,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         folder.failed()
         raise
     folder.started()
-    first_step = first_step_callback(started)
+    first_step = first_step_callback(started, trainer)
     trainer.add_callback(first_step)
     if state.is_main_process:
         for problems in rejected:  # newer than the checkpoint resumed from: never resumed from, never overwritten
@@ -397,6 +397,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "steps": trainer.state.global_step,
         "tokens_seen_src_plus_tgt": tokens,
         "tokens_per_second": round(tokens / max(result.metrics["train_runtime"], 1e-9)),
+        # the same without the first step (which waits for the data loader's first batch): steady throughput
+        "first_step_train_seconds": first_step.first_step_train_seconds,
+        "steady_tokens_per_second": steady_tokens_per_second(trainer, first_step),
         "final_train_loss": result.metrics.get("train_loss"),
         "validation": {k: v for k, v in final.items() if k in ("eval_loss", "eval_bleu", "eval_chrf")},
         "signatures": signatures,
@@ -419,6 +422,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         print_summary(summary, out)
         translate_examples(out, src)
     return summary
+
+
+def steady_tokens_per_second(trainer, clock) -> int | None:
+    """Source + target tokens per second after the first optimizer step, all processes (None after one step)."""
+    if not clock.steady_seconds:
+        return None
+    import torch
+
+    tokens = torch.tensor(clock.steady_tokens, device=trainer.tokens_seen.device)
+    return round(int(trainer.accelerator.reduce(tokens, reduction="sum").item()) / clock.steady_seconds)
 
 
 def print_summary(summary: dict[str, Any], out: Path) -> None:

@@ -13,6 +13,14 @@ dropped, counted), sorted by length and cut into token-budget batches exactly as
 and its batches are yielded in a random order drawn from (seed, epoch, chunk). At the end of the data the next epoch
 starts, so the stream never ends; training stops at `max_steps`.
 
+Prefetching: the first chunk is prepared in the training process, which has nothing else to do before the first
+step; every later chunk is read, tokenized, filtered and cut into batches by a DataLoader worker process (one, at
+lowered CPU priority: it runs on what training leaves idle), which prepares the next chunk while training steps
+through the current one. The training process only turns each batch's rows into Python lists when it is asked for
+that batch. Only the first chunk keeps training waiting: the stream's share of the preparation that the map-style
+path does before training. The batches and their order are the same as when everything runs in the training process
+(`prefetch=False`, also what a stream iterated inside a DataLoader worker does).
+
 Exact resume: every batch has a position (epoch, chunk, batch within the chunk, pairs read before the chunk).
 `position_after(n)` is where batch n + 1 starts; the trainer saves it with each checkpoint (`stream_position.json`,
 one per process) and a resumed stream skips the raw pairs before that chunk without tokenizing them, rebuilds the
@@ -26,10 +34,13 @@ step. The data loader is not passed through `accelerator.prepare` (that would sh
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
+import os
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +57,7 @@ logger = logging.getLogger(__name__)
 
 POSITION_FILE = "stream_position.json"
 CHUNK_PAIRS = 100_000
+PREFETCH_NICENESS = 10  # added to a prefetching worker's nice value (_lower_priority)
 _CHUNK_STREAM = 3  # first word of the chunk-order seeds (training.trainer.batching uses 1 and 2)
 
 
@@ -88,7 +100,6 @@ def stream_parallel(
     dataset goes to `datasets.load_dataset(..., streaming=True)` (Hub datasets with data files, e.g. parquet)."""
     if (train_file is None) == (dataset_name is None):
         raise ValueError("streaming needs either a train_file or a dataset_name")
-    features = datasets.Features({"translation": datasets.Translation(languages=[source_lang, target_lang])})
     if train_file is not None:
         source: _FileSource = _resolve_file(split, Path(train_file), source_lang, target_lang)
         kwargs = {"paths": [str(p) for p in source.paths], "kind": source.kind}
@@ -97,7 +108,9 @@ def stream_parallel(
             kwargs |= {"columns": source.tsv_columns, "header": source.tsv_header}
         # gen_kwargs lists are shards to datasets: the two Moses files are one shard, so wrap them once more
         kwargs["paths"] = [kwargs["paths"]]
-        return datasets.IterableDataset.from_generator(_one_shard, gen_kwargs={"shard": [kwargs]}, features=features)
+        # no `features`: datasets would encode and decode every row through them (3 s per 100,000 pairs, every skip
+        # of a resume included), and the rows are already what they would make
+        return datasets.IterableDataset.from_generator(_one_shard, gen_kwargs={"shard": [kwargs]})
     try:
         ds = datasets.load_dataset(dataset_name, dataset_config, split=split, streaming=True)
     except (ValueError, OSError) as e:
@@ -126,11 +139,56 @@ def iter_stream_texts(raw: datasets.IterableDataset, source_lang: str, target_la
         yield texts
 
 
+@dataclass
+class _Chunk:
+    """One chunk, prepared: its kept pairs' features in batch order (batch b is rows offsets[b]:offsets[b + 1] of
+    `table`), the order its batches are yielded in, and its pairs counted by what the filter did with them."""
+
+    epoch: int
+    chunk: int
+    pairs_before: int
+    table: pa.Table | None
+    offsets: np.ndarray
+    order: np.ndarray
+    stats: dict[str, int]
+
+    def batch(self, k: int) -> list[dict[str, Any]]:
+        """The k-th batch yielded: lists of input_ids, attention_mask and labels, one dict per pair."""
+        b = int(self.order[k])
+        start, stop = int(self.offsets[b]), int(self.offsets[b + 1])
+        return self.table.slice(start, stop - start).to_pylist()
+
+
+class _Prepared(torch.utils.data.IterableDataset):
+    """A stream's prepared chunks from a start (epoch, chunk, pairs before it), for a DataLoader worker to make."""
+
+    def __init__(self, stream: TokenBudgetStream, epoch: int, chunk: int, pairs_before: int):
+        super().__init__()
+        self.stream, self.start = stream, (epoch, chunk, pairs_before)
+
+    def __iter__(self) -> Iterator[_Chunk]:
+        return self.stream._prepared_chunks(*self.start)
+
+
+def _as_is(chunk: _Chunk) -> _Chunk:
+    return chunk
+
+
+def _lower_priority(worker_id: int) -> None:
+    """A prefetching worker yields the CPU to training: it runs on what the training process leaves idle, and at full
+    speed only when training waits for it (a chunk not ready yet)."""
+    try:
+        os.nice(PREFETCH_NICENESS)
+    except OSError:  # not allowed here: run at the training process's priority
+        pass
+
+
 class TokenBudgetStream(torch.utils.data.IterableDataset):
     """Token-budget batches (lists of tokenized pairs) from a raw `IterableDataset`, forever; see the module doc.
 
     `rank`/`world_size`: this process's share of the pairs (split_dataset_by_node). `position`: a dict from
-    `position_after` (a resumed run) to start from. `pad_to_multiple_of` as the collator pads."""
+    `position_after` (a resumed run) to start from. `pad_to_multiple_of` as the collator pads. `prefetch`: prepare
+    chunks in a worker process, the next one while the current one is trained on (the same batches either way)."""
 
     def __init__(
         self,
@@ -147,6 +205,7 @@ class TokenBudgetStream(torch.utils.data.IterableDataset):
         world_size: int = 1,
         pad_to_multiple_of: int = 1,
         position: Mapping[str, int] | None = None,
+        prefetch: bool = True,
     ):
         super().__init__()
         require_positive_integer("chunk_pairs", chunk_pairs)
@@ -158,7 +217,7 @@ class TokenBudgetStream(torch.utils.data.IterableDataset):
         self.source_lang, self.target_lang = source_lang, target_lang
         self.max_length, self.max_tokens, self.seed = max_length, max_tokens, seed
         self.chunk_pairs, self.rank, self.world_size = chunk_pairs, rank, world_size
-        self.pad_to_multiple_of = pad_to_multiple_of
+        self.pad_to_multiple_of, self.prefetch = pad_to_multiple_of, prefetch
         self.start = dict(position) if position else {"epoch": 0, "chunk": 0, "batch": 0, "pairs_before": 0}
         self.start.setdefault("consumed", 0)
         missing = {"epoch", "chunk", "batch", "pairs_before"} - set(self.start)
@@ -177,11 +236,10 @@ class TokenBudgetStream(torch.utils.data.IterableDataset):
 
     def _chunks(self, epoch: int, pairs_before: int) -> Iterator[tuple[int, list[dict]]]:
         """(pairs read before the chunk, the chunk's raw rows) of one epoch, starting `pairs_before` pairs in."""
-        stream = self._shard()
-        if pairs_before:
-            stream = stream.skip(pairs_before)  # read, not tokenized
+        # the pairs before are read, not tokenized; not by IterableDataset.skip, which in a DataLoader worker skips
+        # pairs of the whole stream, before split_dataset_by_node takes this process's share (datasets 5.2)
         rows: list[dict] = []
-        for row in stream:
+        for row in itertools.islice(self._shard(), pairs_before, None):
             rows.append(row["translation"])
             if len(rows) == self.chunk_pairs:
                 yield pairs_before, rows
@@ -189,7 +247,8 @@ class TokenBudgetStream(torch.utils.data.IterableDataset):
         if rows:
             yield pairs_before, rows
 
-    def _batches(self, rows: list[dict], epoch: int, chunk: int) -> tuple[list[list[dict]], np.ndarray]:
+    def _prepare(self, rows: list[dict], epoch: int, chunk: int, pairs_before: int) -> _Chunk:
+        """Tokenize, filter, sort by length and cut into token-budget batches; the order the batches go out in."""
         pairs = pa.array(rows, type=pa.struct([(self.source_lang, pa.string()), (self.target_lang, pa.string())]))
         table = _encode_table(
             pa.table({"translation": pairs}), self.tokenizer, self.source_lang, self.target_lang, self.max_length, False
@@ -197,35 +256,72 @@ class TokenBudgetStream(torch.utils.data.IterableDataset):
         keep = table.column("_keep").to_numpy(zero_copy_only=False)
         empty = int(table.column("_empty").to_numpy(zero_copy_only=False).sum())
         kept = int(keep.sum())
-        for key, value in (("pairs", len(rows)), ("empty", empty), ("too_long", len(rows) - kept - empty)):
-            self.stats[key] += value
-        self.stats["kept"] += kept
+        stats = {"pairs": len(rows), "empty": empty, "too_long": len(rows) - kept - empty, "kept": kept}
+        none = np.zeros(0, np.int64)
         if not kept:
-            return [], np.zeros(0, np.int64)
+            return _Chunk(epoch, chunk, pairs_before, None, np.zeros(1, np.int64), none, stats)
         table = table.filter(pa.array(keep)).drop_columns(["_keep", "_empty"])
         src, tgt = table.column("src_len").to_numpy(), table.column("tgt_len").to_numpy()
         sampler = TokenBudgetBatchSampler(
             src, tgt, self.max_tokens, shuffle=False, seed=self.seed, pad_to_multiple_of=self.pad_to_multiple_of
         )
-        features = table.select(["input_ids", "attention_mask", "labels"]).to_pylist()
-        batches = [[features[i] for i in batch] for batch in sampler]
+        batches = list(sampler)
+        offsets = np.cumsum([0] + [len(batch) for batch in batches])
+        rows_in_batch_order = pa.array(np.concatenate(batches).astype(np.int64))
+        table = table.select(["input_ids", "attention_mask", "labels"]).take(rows_in_batch_order)
         order = np.random.default_rng([_CHUNK_STREAM, self.seed, epoch, chunk]).permutation(len(batches))
-        return batches, order
+        return _Chunk(epoch, chunk, pairs_before, table.combine_chunks(), offsets, order, stats)
+
+    def _prepared_chunks(self, epoch: int, chunk: int, pairs_before: int) -> Iterator[_Chunk]:
+        """Every chunk from the given one on, epoch after epoch, forever."""
+        while True:
+            kept, whole_epoch = 0, pairs_before == 0
+            for before, rows in self._chunks(epoch, pairs_before):
+                prepared = self._prepare(rows, epoch, chunk, before)
+                kept += prepared.stats["kept"]
+                yield prepared
+                chunk += 1
+            if whole_epoch and not kept:
+                raise ValueError("the training stream has no pair left after filtering (all empty or too long)")
+            epoch, chunk, pairs_before = epoch + 1, 0, 0
+
+    def _chunk_source(self, epoch: int, chunk: int, pairs_before: int) -> Iterator[_Chunk]:
+        """The prepared chunks: the first one here (training waits for it whatever happens, and this process's
+        tokenizer may use every core), the others by a worker process that keeps one chunk ahead of training."""
+        here = self._prepared_chunks(epoch, chunk, pairs_before)
+        if not self.prefetch or torch.utils.data.get_worker_info() is not None:  # no workers inside a worker
+            yield from here
+            return
+        first = next(here)
+        here.close()
+        loader = torch.utils.data.DataLoader(
+            _Prepared(self, first.epoch, first.chunk + 1, first.pairs_before + first.stats["pairs"]),
+            batch_size=None,
+            collate_fn=_as_is,
+            num_workers=1,
+            prefetch_factor=1,  # with the chunk being trained on: two chunks in memory, a third being read
+            worker_init_fn=_lower_priority,
+            generator=torch.Generator().manual_seed(self.seed),  # not the global RNG (it drives dropout)
+        )
+        chunks = iter(loader)  # the worker starts on the next chunk now
+        try:
+            yield first
+            yield from chunks
+        finally:
+            shutdown = getattr(chunks, "_shutdown_workers", None)
+            if shutdown is not None:  # the worker ends with the stream's iterator, not when it is collected
+                shutdown()
 
     def __iter__(self) -> Iterator[list[dict[str, Any]]]:
         epoch, chunk, skip, pairs_before = (self.start[k] for k in ("epoch", "chunk", "batch", "pairs_before"))
-        while True:
-            produced = False
-            for before, rows in self._chunks(epoch, pairs_before):
-                batches, order = self._batches(rows, epoch, chunk)
-                for k in range(skip, len(batches)):
-                    self._remember({"epoch": epoch, "chunk": chunk, "batch": k, "pairs_before": before, "consumed": -1})
-                    produced = True
-                    yield batches[order[k]]
-                chunk, skip = chunk + 1, 0
-            if not produced and pairs_before == 0:
-                raise ValueError("the training stream has no pair left after filtering (all empty or too long)")
-            epoch, chunk, pairs_before = epoch + 1, 0, 0
+        for prepared in self._chunk_source(epoch, chunk, pairs_before):
+            for key, value in prepared.stats.items():
+                self.stats[key] += value
+            for k in range(skip, len(prepared.order)):
+                position = {"epoch": prepared.epoch, "chunk": prepared.chunk, "batch": k}
+                self._remember({**position, "pairs_before": prepared.pairs_before, "consumed": -1})
+                yield prepared.batch(k)
+            skip = 0
 
     def _remember(self, position: dict[str, int]) -> None:
         position["consumed"] = self.start["consumed"] + self.yielded  # batches before this one, since training began

@@ -124,17 +124,38 @@ def build_trainer(
     return trainer, data, tokenizer, drop_stats, signatures
 
 
-def first_step_callback(started: float):
+def first_step_callback(started: float, trainer=None):
     """A callback that records the seconds from `started` (time.time() at the command's start) to the end of the
-    first optimizer step this process takes: how long data preparation and setup keep training waiting."""
+    first optimizer step this process takes (`seconds`): how long data preparation and setup keep training waiting.
+
+    With `trainer` (a VaswaniTrainer: it counts `tokens_seen`), it also splits the training time at the end of that
+    first step, for a throughput that the data loader's start does not weigh on: `first_step_train_seconds` (from
+    train()'s start: the loader's first batch, e.g. a stream's first chunk, and the step), and, over the steps
+    after it, `steady_seconds` and `steady_tokens` (this process's real source + target tokens)."""
     from transformers import TrainerCallback
 
     class FirstStep(TrainerCallback):
         seconds: float | None = None
+        first_step_train_seconds: float | None = None
+        steady_seconds: float | None = None
+        steady_tokens: int | None = None
+        _begin = _first = _tokens_at_first = None
+
+        def on_train_begin(self, args, state, control, **kwargs):
+            self._begin = time.perf_counter()
 
         def on_step_end(self, args, state, control, **kwargs):
             if self.seconds is None:
                 self.seconds = round(time.time() - started, 2)
+            if trainer is None or self._begin is None:
+                return
+            if self._first is None:  # .item() waits for the device: the step really ended
+                self._tokens_at_first = int(trainer.tokens_seen.item())
+                self._first = time.perf_counter()
+                self.first_step_train_seconds = round(self._first - self._begin, 3)
+            elif state.global_step >= state.max_steps or control.should_training_stop:
+                self.steady_tokens = int(trainer.tokens_seen.item()) - self._tokens_at_first
+                self.steady_seconds = round(time.perf_counter() - self._first, 3)
 
     return FirstStep()
 
