@@ -158,3 +158,35 @@ def test_ddp_shards_split_the_pairs_between_processes(corpus, tok):
     assert abs(len(ranks[0]) - len(ranks[1])) <= 0.1 * len(whole)
     with pytest.raises(ValueError, match="rank 2 is not in a world of 2"):
         make(corpus, tok, rank=2, world_size=2)
+
+
+def test_the_bpe_of_a_stream_is_reused_for_the_same_files_and_vocabulary_and_learnt_again_when_either_changes(
+    tmp_path, corpus, monkeypatch
+):
+    """--streaming's BPE is cached like the map-style one: a second run on the same files loads it; a change of the
+    files' content, of the vocabulary size or of the pairs it learns from learns a new one."""
+    import datasets
+
+    from training.data.prepare import stream_bpe
+
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path / "cache"))
+    files = tmp_path / "train"
+    for lang in ("en", "de"):
+        shutil.copy(f"{corpus}.{lang}", f"{files}.{lang}")
+    base = {"train_file": str(files), "source_lang": "en", "target_lang": "de", "vocab_size": 300, "bpe_max_pairs": 500}
+
+    def bpe(**changes):
+        s = {**base, **changes}
+        return stream_bpe(stream_parallel(train_file=s["train_file"]), s)
+
+    first, info = bpe()
+    assert info["cached"] is False
+    again, info = bpe()
+    assert info["cached"] is True and again.get_vocab() == first.get_vocab()
+    assert bpe(vocab_size=350)[1]["cached"] is False
+    assert bpe(bpe_max_pairs=400)[1]["cached"] is False
+    for lang, text in (("en", "A new line."), ("de", "Eine neue Zeile.")):
+        with open(f"{files}.{lang}", "a", encoding="utf-8") as f:
+            f.write(text + "\n")
+    assert bpe()[1]["cached"] is False  # the files changed
+    assert bpe()[1]["cached"] is True

@@ -61,20 +61,33 @@ def describe_data(s: dict[str, Any], splits: list[str]) -> str:
 
 def stream_bpe(stream, s: dict[str, Any]):
     """The shared BPE of a streamed training set: from its first `bpe_max_pairs` pairs (a stream cannot be sampled
-    without reading it all); logged, and recorded in run_summary.json."""
+    without reading it all); logged, and recorded in run_summary.json. From local files it is cached as the
+    map-style BPE is (training.data.tokenizer.shared_bpe), keyed by the files' content, the languages, the
+    vocabulary size and the pairs it learns from; a Hub stream has no content key to go by and is learnt each time."""
     import logging
 
-    from training.data.streaming import iter_stream_texts
-    from training.data.tokenizer import BPE_MAX_PAIRS, train_tokenizer
+    from transformers import AutoTokenizer
 
-    pairs = s.get("bpe_max_pairs", BPE_MAX_PAIRS)
+    from training.data.streaming import files_digest, iter_stream_texts
+    from training.data.tokenizer import BPE_MAX_PAIRS, bpe_cache_folder, save_cached_bpe, train_tokenizer
+
+    pairs, src, tgt = s.get("bpe_max_pairs", BPE_MAX_PAIRS), s["source_lang"], s["target_lang"]
     started = time.perf_counter()
+    info: dict[str, Any] = {"first_pairs_of_stream": pairs, "sampled": True, "cached": False}
+    folder = None
+    if s.get("train_file"):
+        settings = ["stream", files_digest(s["train_file"], src, tgt), src, tgt, s["vocab_size"], 2, pairs]
+        info["key"], folder = bpe_cache_folder(settings)
+        if (folder / "tokenizer.json").is_file():
+            tokenizer = AutoTokenizer.from_pretrained(folder)
+            return tokenizer, {**info, "cached": True, "seconds": round(time.perf_counter() - started, 2)}
     logging.getLogger("training.data.tokenizer").warning(
         "shared BPE of a stream: learning from its first %d pairs at most (--bpe_max_pairs)", pairs
     )
-    batches = iter_stream_texts(stream, s["source_lang"], s["target_lang"], pairs)
+    batches = iter_stream_texts(stream, src, tgt, pairs)
     tokenizer = train_tokenizer((t for batch in batches for t in batch), s["vocab_size"])
-    info = {"first_pairs_of_stream": pairs, "sampled": True, "cached": False}
+    if folder is not None:
+        save_cached_bpe(tokenizer, folder)
     return tokenizer, {**info, "seconds": round(time.perf_counter() - started, 2)}
 
 

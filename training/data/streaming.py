@@ -34,6 +34,7 @@ step. The data loader is not passed through `accelerator.prepare` (that would sh
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import logging
@@ -117,6 +118,15 @@ def stream_parallel(
         raise ValueError(f"could not stream dataset {dataset_name!r} ({dataset_config}): {e}") from e
     check_translation_features(ds.features, source_lang, target_lang, f"dataset {dataset_name!r}")
     return ds.select_columns(["translation"])
+
+
+def files_digest(train_file: str | Path, source_lang: str, target_lang: str) -> str:
+    """A BLAKE2b digest of the content of the file(s) `stream_parallel(train_file=...)` reads: a cache key."""
+    from training.data.parallel import _count_and_digest
+
+    source = _resolve_file("train", Path(train_file), source_lang, target_lang)
+    digests = source.digests or tuple(_count_and_digest(p)[1] for p in source.paths)
+    return hashlib.blake2b(json.dumps([source.kind, *digests]).encode(), digest_size=16).hexdigest()
 
 
 def _one_shard(shard: list[dict]):

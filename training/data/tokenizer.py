@@ -220,12 +220,9 @@ def shared_bpe(
     started = time.perf_counter()
     folder = None
     if train.cache_files:  # in-memory data (the generated default corpus) has no stable fingerprint to key on
-        settings = [BPE_CACHE_VERSION, train._fingerprint, source_lang, target_lang, vocab_size, min_frequency]
+        settings = [train._fingerprint, source_lang, target_lang, vocab_size, min_frequency]
         settings += [max_pairs if indices is not None else None, seed if indices is not None else None]
-        info["key"] = hashlib.sha256(json.dumps(settings).encode()).hexdigest()[:32]
-        from training.data.parallel import cache_root
-
-        folder = cache_root(None if cache_dir is None else str(cache_dir)) / "vaswani_bpe" / info["key"]
+        info["key"], folder = bpe_cache_folder(settings, cache_dir)
         if (folder / "tokenizer.json").is_file():
             tokenizer = AutoTokenizer.from_pretrained(folder)
             info.update(cached=True, seconds=round(time.perf_counter() - started, 2))
@@ -249,14 +246,27 @@ def shared_bpe(
     info["seconds"] = round(time.perf_counter() - started, 2)
     logger.info("shared BPE: %d tokens learned in %.1f s (%s)", len(tokenizer), info["seconds"], _sample_text(info))
     if folder is not None:
-        tmp = folder.with_name(f"{folder.name}.{os.getpid()}.tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
-        tokenizer.save_pretrained(tmp)
-        try:
-            tmp.rename(folder)  # atomic; another process that got there first wins, with the same tokenizer
-        except OSError:
-            shutil.rmtree(tmp, ignore_errors=True)
+        save_cached_bpe(tokenizer, folder)
     return tokenizer, info
+
+
+def bpe_cache_folder(settings: list, cache_dir: str | os.PathLike | None = None) -> tuple[str, os.PathLike]:
+    """The key of a BPE made with `settings` (a JSON list: what it was learnt from and how) and its cache folder."""
+    from training.data.parallel import cache_root
+
+    key = hashlib.sha256(json.dumps([BPE_CACHE_VERSION, *settings]).encode()).hexdigest()[:32]
+    return key, cache_root(None if cache_dir is None else str(cache_dir)) / "vaswani_bpe" / key
+
+
+def save_cached_bpe(tokenizer: PreTrainedTokenizerFast, folder) -> None:
+    """Save into the cache `folder` atomically; another process that got there first wins, with the same BPE."""
+    tmp = folder.with_name(f"{folder.name}.{os.getpid()}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tokenizer.save_pretrained(tmp)
+    try:
+        tmp.rename(folder)
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _sample_text(info: dict) -> str:
