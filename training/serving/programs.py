@@ -65,12 +65,12 @@ def export_programs(model: VaswaniForConditionalGeneration, fmt: str, quantizati
         # rows per source, greedy (1) and beams (g); traced on equal batches, torch.export would fix them equal
         beams = GenerationConfig(**{**model.generation_config.to_diff_dict(), "num_beams": 2, "do_sample": False})
         stages = decompose_for_generation(model, inputs, generation_config=beams, multi_token_decode=True)
-        step = DecoderStep(model)
         plans = {"encoder": (EncoderStep(model), {k: inputs[k] for k in EncoderStep.INPUTS})}
         for name, (_, kwargs) in stages.items():  # the decoder calls generate() made, as DecoderStep takes them
             kwargs = {**kwargs, "encoder_hidden_states": kwargs["encoder_outputs"][0]}
             # contiguous, as the runner passes them (a strided slice would trace a guard on its strides)
             kwargs = {k: v.contiguous() if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
+            step = DecoderStep(model, returns_cross_attention_cache=name == "prefill")
             plans[name] = (step, {k: kwargs[k] for k in DecoderStep.INPUTS})
         components = {}
         for name in COMPONENTS:
@@ -104,14 +104,21 @@ class EncoderStep(torch.nn.Module):
 
 class DecoderStep(torch.nn.Module):
     """One decoder call of the model, output projection included, as the exporters trace it: the inputs
-    `generate()` gives it (the encoder output as a tensor), `(logits, cache)` out; see `EncoderStep`."""
+    `generate()` gives it (the encoder output as a tensor) and `(logits, cache)` out; see `EncoderStep`.
+
+    `prefill` returns the whole `EncoderDecoderCache` (it computes the cross-attention keys/values); `decode`
+    returns only the self-attention cache (a `DynamicCache`): its cross-attention keys/values come in and are read,
+    never changed, and an output that is an input unchanged would make the program copy them every step (OpenVINO
+    2026.3's CPU plugin does worse: such an output aliases the caller's input buffer, and a later call writes
+    through the freed buffer, crashing `infer`)."""
 
     INPUTS = ("decoder_input_ids", "attention_mask", "encoder_hidden_states", "cache")
 
-    def __init__(self, model: VaswaniForConditionalGeneration):
+    def __init__(self, model: VaswaniForConditionalGeneration, returns_cross_attention_cache: bool = True):
         super().__init__()
         self.model = model
         self.config = model.config
+        self.returns_cross_attention_cache = returns_cross_attention_cache
 
     def forward(self, decoder_input_ids, attention_mask, encoder_hidden_states, cache):
         out = self.model(
@@ -121,7 +128,9 @@ class DecoderStep(torch.nn.Module):
             cache=cache,
             use_cache=True,
         )
-        return out.logits, out.cache  # (B, T, vocab), the cache grown by T
+        if self.returns_cross_attention_cache:
+            return out.logits, out.cache  # (B, T, vocab), the cache grown by T
+        return out.logits, out.cache.self_attention_cache  # (B, T, vocab), the self-attention cache grown by T
 
 
 class _ExportedEncoder(torch.nn.Module):
@@ -179,8 +188,9 @@ class ExportedForGeneration(VaswaniForConditionalGeneration):
             encoder_hidden_states=encoder_outputs[0],
             cache=cache,
         )
-        # A program returns a new cache; decoding loops keep theirs (as with eager, where it grows in place)
-        cache.__dict__.update(grown.__dict__)
+        # A program returns a new cache (decode: its self-attention part); decoding loops keep theirs (as with eager,
+        # where it grows in place)
+        (cache if step == "prefill" else cache.self_attention_cache).__dict__.update(grown.__dict__)
         return VaswaniSeq2SeqLMOutput(logits=logits, cache=cache)
 
 
