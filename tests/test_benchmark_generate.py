@@ -43,8 +43,16 @@ def test_marian_twin_computes_the_same_logits():
 def test_ctranslate2_decodes_what_the_model_decodes():
     pytest.importorskip("ctranslate2")
     model = small_model(seed=1)
-    translator = ctranslate2_translator(marian_twin(model), "float32", threads=1)
     ids = torch.randint(4, 60, (4, 6), generator=torch.Generator().manual_seed(3))
+    if torch.backends.mkldnn.is_available():  # decode under oneDNN first: its packed weights must not stop the copy
+        model.set_cpu_kernel("onednn")
+        for module in model.modules():
+            if hasattr(module, "onednn_min_macs"):
+                module.onednn_min_macs = 0
+        model.generate(ids, num_beams=1, max_new_tokens=2)
+        assert any(m.__dict__.get("_packed") is not None for m in model.modules())
+    translator = ctranslate2_translator(marian_twin(model), "float32", threads=1)
+    model.set_cpu_kernel("aten")
     ours = model.generate(ids, num_beams=1, max_new_tokens=6, min_new_tokens=6)[:, 1:]  # drop <s>
     results = translator.translate_batch([id_tokens(r.tolist()) for r in ids], beam_size=1, max_decoding_length=6,
                                          min_decoding_length=6)  # fmt: skip

@@ -3,7 +3,6 @@ translator for tests and benchmarks, and the generation config mapped to `transl
 
 from __future__ import annotations
 
-import copy
 import math
 import tempfile
 from pathlib import Path
@@ -34,7 +33,11 @@ def ctranslate2_spec(model: VaswaniForConditionalGeneration, vocabulary, max_pos
     activations = {"relu": common_spec.Activation.RELU, "gelu": common_spec.Activation.GELU}
     if config.activation_function not in activations:
         raise ExportError(f"CTranslate2 conversion supports relu/gelu, not {config.activation_function!r}")
-    model = copy.deepcopy(model).float().cpu()  # CTranslate2 reads fp32 CPU tensors; the caller's model is untouched
+    # CTranslate2 reads fp32 CPU tensors; the caller's model is untouched. A new model from the weights, not a
+    # deepcopy: a model that has decoded under a oneDNN CPU kernel holds packed weights that cannot be copied
+    fresh = type(model)(config)
+    fresh.load_state_dict(model.state_dict())
+    model = fresh.float().cpu().eval()
     table = sinusoids(torch.arange(max_positions), config.d_model)  # (max_positions, d_model), §3.5
 
     class VaswaniLoader(BartLoader):
