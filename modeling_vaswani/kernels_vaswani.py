@@ -95,10 +95,10 @@ class VaswaniLinear(nn.Linear):
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        kernel = self.cpu_kernel
-        small = x.numel() * self.out_features < self.onednn_min_macs  # multiply-adds of this call
-        rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
         if torch.is_grad_enabled():
+            kernel = self.cpu_kernel
+            small = x.numel() * self.out_features < self.onednn_min_macs  # multiply-adds of this call
+            rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
             if self.__dict__.get("_packed") is not None:
                 self._packed = None  # training again: free the inference copy
             if self.onednn_training and kernel in ("auto", "onednn") and not small and self._fp32_cpu(x):
@@ -106,14 +106,21 @@ class VaswaniLinear(nn.Linear):
                     out = _OneDNNLinear.apply(x.reshape(-1, x.shape[-1]), self.weight, self.bias)
                     return out.view(*x.shape[:-1], self.out_features)
             return F.linear(x, self.weight, self.bias)
-        if (kernel in ("auto", "onednn") and small) or not self._fp32_cpu(x):
+        kernel = self.inference_kernel(x)
+        if kernel == "aten":
             return F.linear(x, self.weight, self.bias)
-        if kernel == "auto":
-            kernel = self._calibrated("inference", rows)
-            if kernel == "aten":
-                return F.linear(x, self.weight, self.bias)
         out = self._fast_linear(x.reshape(-1, x.shape[-1]).contiguous(), kernel)  # (B·T, d_out)
         return out.view(*x.shape[:-1], self.out_features)  # (..., d_out)
+
+    def inference_kernel(self, x: torch.Tensor) -> str:
+        """What an inference call on `x` runs: "aten" (F.linear), "onednn" or "int8" ("auto" resolved)."""
+        kernel = self.cpu_kernel
+        small = x.numel() * self.out_features < self.onednn_min_macs  # multiply-adds of this call
+        if (kernel in ("auto", "onednn") and small) or not self._fp32_cpu(x):
+            return "aten"
+        if kernel == "auto":
+            return self._calibrated("inference", x.numel() // x.shape[-1] if x.shape[-1] else 0)
+        return kernel
 
     def _fast_linear(self, x2: torch.Tensor, kernel: str) -> torch.Tensor:
         packed = self._packed_weight(kernel)
@@ -164,9 +171,11 @@ class VaswaniLinear(nn.Linear):
         return min(best, key=best.get)
 
     def train(self, mode: bool = True) -> "VaswaniLinear":
-        """Entering or leaving training drops the inference copy: a fused optimizer updates weights in place without
-        bumping their version counter, so the version alone cannot tell that the copy is stale."""
+        """Entering or leaving training drops the inference copies (this layer's, and the stacked one `fused_linear`
+        keeps on it): a fused optimizer updates weights in place without bumping their version counter, so the
+        version alone cannot tell that a copy is stale."""
         self._packed = None
+        self.__dict__.pop("_stacked", None)
         return super().train(mode)
 
     def _packed_weight(self, kernel: str):
@@ -209,6 +218,57 @@ class _OneDNNLinear(torch.autograd.Function):
         return grad_x, grad_w, grad.sum(0) if ctx.has_bias else None
 
 
+def fused_linear(x: torch.Tensor, *layers: VaswaniLinear) -> tuple[torch.Tensor, ...]:
+    """(x W_1ᵀ + b_1, x W_2ᵀ + b_2, ...) for linear layers reading one input (§3.2.2's Q, K and V projections of
+    self-attention; K and V of encoder-decoder attention), exactly what calling each layer gives.
+
+    Fast path, fp32 CPU inference where the stacked product runs oneDNN or int8 (`inference_kernel`; under F.linear
+    each layer keeps its own call, so the plain path's numbers do not change): one product on the layers' weights
+    stacked once ((Σ d_out, d_in), a copy kept on the first layer and rebuilt when a weight changes, as
+    `VaswaniLinear`'s packed copy; the state dict is untouched). At 32 decoder rows, one 512→1536 product runs
+    ~1.5× faster than three 512→512 ones on 2 AVX2 cores (benchmarks/results/: issue 16's profile). int8 gives the
+    same numbers either way (weights quantized per output row, the activation once per call); fp32 within rounding
+    (tests/test_fast_paths.py). Anything else (training, accelerators, other dtypes, "aten", layers with hooks or
+    replaced by an adapter): one call per layer."""
+    first = layers[0]
+    if (
+        torch.is_grad_enabled()
+        or first.cpu_kernel == "aten"
+        or not all(
+            type(layer) is VaswaniLinear
+            and layer.cpu_kernel == first.cpu_kernel
+            and layer.in_features == first.in_features
+            and (layer.bias is None) == (first.bias is None)
+            and not (layer._forward_hooks or layer._forward_pre_hooks)
+            for layer in layers
+        )
+        or not first._fp32_cpu(x)
+    ):
+        return tuple(layer(x) for layer in layers)
+    stacked = _stacked_layer(layers)
+    if stacked.inference_kernel(x) == "aten":  # a small product, or "auto" timed F.linear faster for this shape
+        return tuple(layer(x) for layer in layers)
+    return stacked(x).split([layer.out_features for layer in layers], dim=-1)
+
+
+def _stacked_layer(layers: tuple[VaswaniLinear, ...]) -> VaswaniLinear:
+    """One VaswaniLinear over the layers' weights stacked (not a submodule: kept in the first layer's __dict__)."""
+    first = layers[0]
+    key = tuple((p.data_ptr(), p._version) for layer in layers for p in (layer.weight, layer.bias) if p is not None)
+    cached = first.__dict__.get("_stacked")
+    if cached is None or cached[0] != key:
+        with torch.inference_mode(False), torch.no_grad():  # a normal tensor (it gets packed), even in inference mode
+            d_out = sum(layer.out_features for layer in layers)  # built on "meta": no random init, no RNG draw
+            stacked = VaswaniLinear(first.in_features, d_out, first.bias is not None, device="meta")
+            stacked.weight = nn.Parameter(torch.cat([layer.weight for layer in layers]), requires_grad=False)
+            if first.bias is not None:
+                stacked.bias = nn.Parameter(torch.cat([layer.bias for layer in layers]), requires_grad=False)
+        cached = first.__dict__["_stacked"] = (key, stacked)
+    stacked = cached[1]
+    stacked.cpu_kernel, stacked.onednn_min_macs = first.cpu_kernel, first.onednn_min_macs
+    return stacked
+
+
 def check_cpu_kernel(kernel: str) -> str:
     """The kernel name, if this torch build can run it; else a ValueError that says why."""
     if kernel not in CPU_KERNELS:
@@ -227,4 +287,5 @@ def set_cpu_kernel(model: nn.Module, kernel: str) -> nn.Module:
         if isinstance(module, VaswaniLinear):
             module.cpu_kernel = kernel
             module._packed = None
+            module.__dict__.pop("_stacked", None)
     return model

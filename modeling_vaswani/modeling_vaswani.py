@@ -48,7 +48,7 @@ from .cache_vaswani import cached_keys_values, share_encoder_output, share_sourc
 from .checks_vaswani import check_shapes, check_token_ids_in_forward
 from .configuration_vaswani import VaswaniConfig
 from .generation_vaswani import one_cross_attention_row_per_sequence, paper_generate_kwargs
-from .kernels_vaswani import VaswaniLinear, set_cpu_kernel
+from .kernels_vaswani import VaswaniLinear, fused_linear, set_cpu_kernel
 from .loss_vaswani import fused_label_smoothed_nll_loss, label_smoothed_nll_loss
 from .pipeline_vaswani import TRANSLATION_PIPELINE, VaswaniTranslationPipeline  # noqa: F401  (old configs' name)
 
@@ -137,13 +137,16 @@ class VaswaniAttention(nn.Module):
         """§3.2.2: queries, keys and values projected to h heads of d_k, Eq. 1 per head, heads concatenated, W^O."""
         is_cross = key_value_states is not None
         B, T = hidden_states.shape[:2]
-        q = self.split_heads(self.w_q(hidden_states))  # (B, h, T_q, d_k)
-        source = key_value_states if is_cross else hidden_states  # (B_kv, T_k, d_model); cross: B_kv sources ≤ B
-
-        def project() -> tuple[torch.Tensor, torch.Tensor]:
-            return self.split_heads(self.w_k(source)), self.split_heads(self.w_v(source))  # (B_kv, h, T_k, d_k)
-
-        k, v = cached_keys_values(cache, self.layer_idx, is_cross, project)  # (B_kv, h, T_past + T_k, d_k)
+        # the projections of one input run as one product where that is faster (kernels_vaswani.fused_linear)
+        if is_cross:  # keys/values from the encoder output (B_kv, T_src, d_model), B_kv sources ≤ B
+            q = self.w_q(hidden_states)  # (B, T_q, d_model)
+            project = lambda: fused_linear(key_value_states, self.w_k, self.w_v)  # noqa: E731  (once per source)
+        else:
+            q, k, v = fused_linear(hidden_states, self.w_q, self.w_k, self.w_v)  # (B, T, d_model) each
+            project = lambda: (k, v)  # noqa: E731
+        q = self.split_heads(q)  # (B, h, T_q, d_k)
+        k, v = cached_keys_values(cache, self.layer_idx, is_cross, lambda: tuple(map(self.split_heads, project())))
+        # k, v: (B_kv, h, T_past + T_k, d_k)
         q, k, v, attention_mask, group = share_source_rows(q, k, v, attention_mask, is_cross)
         attention = ALL_ATTENTION_FUNCTIONS.get_interface(self.config._attn_implementation, eager_attention_forward)
         dropout = self.dropout if self.training else 0.0

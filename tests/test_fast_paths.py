@@ -2,6 +2,8 @@
 
 - oneDNN CPU linear kernel vs F.linear (torch's MKL sgemm): the same fp32 product summed in another order,
   atol 1e-5 on logits of order 1.
+- Stacked projections (`fused_linear`: Q, K, V as one product) vs one call per layer: int8 identical, fp32 within
+  1e-5 (the same sums in another blocking).
 - int8 dynamic quantization vs fp32: an approximation, max |Δlogit| ≤ 5% of the largest |logit|, and the same
   greedy translations on a model that has learned its task.
 - Beams sharing one cross-attention key/value cache per source vs transformers' default (encoder output repeated per
@@ -15,11 +17,12 @@ import os
 
 import pytest
 import torch
+import torch.nn.functional as F
 from transformers.generation.logits_process import MinLengthLogitsProcessor, MinNewTokensLengthLogitsProcessor
 
 from modeling_vaswani import VaswaniConfig, VaswaniForConditionalGeneration
 from modeling_vaswani.generation_vaswani import EosBanUntil
-from modeling_vaswani.kernels_vaswani import VaswaniLinear
+from modeling_vaswani.kernels_vaswani import VaswaniLinear, fused_linear
 
 from test_decoding_loop import Reference, reference_loop
 from tiny_runs import train_to_reverse
@@ -94,10 +97,82 @@ def test_onednn_kernel_matches_f_linear():
     reference = logits(model, ids, mask, "aten")
     assert all(m.__dict__.get("_packed") is None for m in model.modules() if isinstance(m, VaswaniLinear))
     fast = logits(model, ids, mask, "onednn")
-    linears = [m for m in model.modules() if isinstance(m, VaswaniLinear)]
+    linears = dict(linear_names(model))
     assert len(linears) == 2 * (4 + 2) + 2 * (4 + 4 + 2) + 1  # encoder, decoder, lm_head
-    assert all(m.__dict__.get("_packed") is not None for m in linears)  # every one of them ran on oneDNN
+    assert packed_layers(model) == set(linears)  # every one of them ran on oneDNN, alone or stacked
+    stacked = {name for name, m in linears.items() if "_stacked" in m.__dict__}
+    assert stacked == {n for n in linears if n.endswith(("self_attn.w_q", "cross_attn.w_k"))}  # Q,K,V; K,V
     torch.testing.assert_close(fast, reference, atol=1e-5, rtol=0)
+
+
+def linear_names(model) -> list[tuple[str, VaswaniLinear]]:
+    return [(name, m) for name, m in model.named_modules() if isinstance(m, VaswaniLinear)]
+
+
+def packed_layers(model) -> set[str]:
+    """The linear layers whose last product ran on a packed (oneDNN or int8) weight: their own, or the stacked copy
+    `fused_linear` keeps on the first of the projections it ran together (its key holds their weights' addresses)."""
+    by_address = {m.weight.data_ptr(): name for name, m in linear_names(model)}
+    packed = set()
+    for name, m in linear_names(model):
+        if m.__dict__.get("_packed") is not None:
+            packed.add(name)
+        key, stacked = m.__dict__.get("_stacked", (None, None))
+        if stacked is not None and stacked.__dict__.get("_packed") is not None:
+            packed |= {by_address[address] for address, _ in key if address in by_address}
+    return packed
+
+
+@pytest.mark.parametrize("kernel", ["onednn", "int8"])
+def test_stacked_projections_equal_one_call_per_layer(kernel):
+    if kernel == "onednn" and not torch.backends.mkldnn.is_available():
+        pytest.skip("torch built without oneDNN")
+    if kernel == "int8" and not {"fbgemm", "x86"} & set(torch.backends.quantized.supported_engines):
+        pytest.skip("no fbgemm/x86 quantized engine")
+    model = make_model().set_cpu_kernel(kernel)
+    attn = model.model.encoder.layers[0].self_attn
+    layers = (attn.w_q, attn.w_k, attn.w_v)
+    for layer in layers:
+        layer.onednn_min_macs = 0
+    x = torch.randn(2, 20, 64, generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        alone = [layer(x) for layer in layers]
+        together = fused_linear(x, *layers)
+        assert "_stacked" in attn.w_q.__dict__ and [t.shape for t in together] == [a.shape for a in alone]
+        for layer, a, t in zip(layers, alone, together, strict=True):
+            if kernel == "int8":  # rows quantized alike, the activation once per call: the same numbers
+                assert torch.equal(t, a)
+            else:
+                torch.testing.assert_close(t, F.linear(x, layer.weight, layer.bias), atol=1e-5, rtol=0)
+        attn.w_k.weight.mul_(2.0)  # changed in place (its version moves): the stacked copy is rebuilt
+        torch.testing.assert_close(fused_linear(x, *layers)[1], 2 * alone[1] - attn.w_k.bias, atol=1e-4, rtol=0)
+    model.train()
+    assert "_stacked" not in attn.w_q.__dict__  # training drops the stacked copy, as the packed ones
+
+
+@needs_onednn
+def test_stacked_projections_step_aside():
+    """One call per layer in training, under "aten", and for a layer with a hook (an adapter's, a probe's)."""
+    model = make_model().set_cpu_kernel("onednn")
+    attn = model.model.encoder.layers[0].self_attn
+    layers = (attn.w_q, attn.w_k, attn.w_v)
+    for layer in layers:
+        layer.onednn_min_macs = 0
+    x = torch.randn(2, 20, 64)
+    fused_linear(x, *layers)  # autograd on
+    assert "_stacked" not in attn.w_q.__dict__
+    seen = []
+    hook = attn.w_v.register_forward_hook(lambda module, args, out: seen.append(out.shape))
+    with torch.no_grad():
+        fused_linear(x, *layers)
+        assert "_stacked" not in attn.w_q.__dict__ and seen == [(2, 20, 64)]
+        hook.remove()
+        model.set_cpu_kernel("aten")
+        fused_linear(x, *layers)
+        assert "_stacked" not in attn.w_q.__dict__
+        model.set_cpu_kernel("onednn")
+        fused_linear(x, *layers)
+        assert "_stacked" in attn.w_q.__dict__
 
 
 @needs_onednn
@@ -462,10 +537,14 @@ def test_auto_kernel_calibrates_each_shape_and_every_choice_matches_f_linear(fre
     reference = logits(model, ids, mask, "aten")
     auto = logits(model, ids, mask, "auto")
     table = fresh_kernel_table
-    # encoder and decoder rows: 27 and 15 (two buckets); shapes 64→64, 64→128, 128→64 and the 64→50 lm_head
+    # encoder and decoder rows: 27 and 15 (two buckets); shapes 64→64, 64→128, 128→64, the 64→50 lm_head, and the
+    # stacked projections (fused_linear): Q,K,V 64→192 in both stacks, K,V 64→128 of the encoder output's 27 rows
     assert {(k[2], k[3], k[4], k[6]) for k in table} == {
         ("inference", d_in, d_out, rows)
-        for rows, shapes in ((32, [(64, 64), (64, 128), (128, 64)]), (16, [(64, 64), (64, 128), (128, 64), (64, 50)]))
+        for rows, shapes in (
+            (32, [(64, 64), (64, 128), (128, 64), (64, 192)]),
+            (16, [(64, 64), (64, 128), (128, 64), (64, 50), (64, 192)]),
+        )
         for d_in, d_out in shapes
     }
     assert set(table.values()) <= set(FP32_CPU_KERNELS)
@@ -477,8 +556,8 @@ def test_auto_kernel_calibrates_each_shape_and_every_choice_matches_f_linear(fre
             table[key] = forced
         model.set_cpu_kernel("auto")
         torch.testing.assert_close(logits(model, ids, mask, "auto"), reference, atol=1e-5, rtol=0, msg=forced)
-        packed = [m.__dict__.get("_packed") is not None for m in all_linears(model)]
-        assert all(packed) if forced == "onednn" else not any(packed)  # the table's choice is what ran
+        ran = packed_layers(model)  # the table's choice is what ran
+        assert ran == ({name for name, _ in linear_names(model)} if forced == "onednn" else set())
 
 
 @needs_onednn
