@@ -5,14 +5,17 @@ decodes the tokens `model.generate` decodes.
   the traced cache length: max |Δlogit| ≤ 1e-4 (logits of order 10; float32 sums in another order);
 - decoding: greedy and beam-4 `generate()` driven by the exported programs (`ExportedForGeneration`), |source| + 50,
   a padded batch, the cache growing past the traced length: the same token ids as `model.generate`;
+- static cache (`--cache_implementation static --max_cache_len N`, N the batch's |source| + 50): the same logits
+  and tokens (greedy, beam 4, against `model.generate` with the same static cache and with the dynamic one), a
+  fixed-length cache input, and a clear error before any decoder step for a call that could outgrow it;
 - the saved folder loads with transformers alone (a process that cannot import this package) and decodes greedily
   to the same tokens (ONNX, OpenVINO);
 - CTranslate2: the converted directory decodes our tokens, greedy and beam 4; int8 converts and decodes;
 - the command: a progress line per component, a summary of files and sizes, clear errors.
 
 ONNX Runtime, torch.export (dynamo), OpenVINO and CTranslate2 run wherever their package is installed (CI installs
-the `onnx` extra; OpenVINO's wheel is not on CI's package index); ExecuTorch (minutes to export) runs with
-VASWANI_TEST_SLOW_EXPORTS=1.
+the `onnx` extra; OpenVINO's wheel is not on CI's package index); ExecuTorch (minutes to export), and OpenVINO with
+a static cache, run with VASWANI_TEST_SLOW_EXPORTS=1.
 """
 
 import contextlib
@@ -103,14 +106,18 @@ def exports(folder, tmp_path_factory):
     stderr is kept as `progress[(fmt, quantization)]`."""
     root, done = tmp_path_factory.mktemp("exports"), {}
 
-    def get(fmt: str, quantization: str | None = None) -> Path:
-        key = (fmt, quantization)
+    def get(fmt: str, quantization: str | None = None, max_cache_len: int | None = None) -> Path:
+        key = (fmt, quantization) if max_cache_len is None else (fmt, quantization, max_cache_len)
         if key not in done:
-            done[key] = root / f"{fmt}-{quantization or 'fp32'}"
+            done[key] = root / "-".join(
+                [fmt, quantization or "fp32", *([f"static{max_cache_len}"] * bool(max_cache_len))]
+            )
             args = [str(folder), "--format", fmt, "--output_dir", str(done[key])]
+            args += ["--quantization", quantization] if quantization else []
+            args += ["--cache_implementation", "static", "--max_cache_len", str(max_cache_len)] if max_cache_len else []
             stderr, stdout = io.StringIO(), io.StringIO()
             with contextlib.redirect_stderr(stderr), contextlib.redirect_stdout(stdout):
-                export_main(args + (["--quantization", quantization] if quantization else []))
+                export_main(args)
             get.progress[key] = stderr.getvalue()
         return done[key]
 
@@ -145,12 +152,10 @@ def targets_for(model, batch, steps: int = 12) -> torch.Tensor:
 
 
 def exported_steps(exported: ExportedForGeneration, batch, targets: torch.Tensor) -> list[torch.Tensor]:
-    """As `eager_steps`, through the exported encoder, prefill (first step) and decode (the others) programs."""
-    from transformers.cache_utils import DynamicCache, EncoderDecoderCache
-
-    config = exported.config
+    """As `eager_steps`, through the exported encoder, prefill (first step) and decode (the others) programs, on a
+    cache of the kind they were traced on (dynamic, or static self-attention)."""
     encoder_outputs = exported.get_encoder()(**batch)
-    cache = EncoderDecoderCache(DynamicCache(config=config), DynamicCache(config=config))
+    cache = exported.new_cache()
     logits = []
     for t in range(targets.shape[1]):
         out = exported(
@@ -162,6 +167,7 @@ def exported_steps(exported: ExportedForGeneration, batch, targets: torch.Tensor
         cache = out.cache
         logits.append(out.logits[:, -1])
     assert cache.get_seq_length() == targets.shape[1]
+    exported_steps.cache = cache
     return logits
 
 
@@ -207,6 +213,91 @@ def test_beam_search_through_exported_programs_gives_model_tokens(fmt, exports, 
         got = exported.generate(**batch)
     assert want.shape[1] > 4
     assert got.tolist() == want.tolist()
+
+
+# ---- static cache (--cache_implementation static --max_cache_len N) ----
+
+STATIC_FORMATS = [backend("onnx"), backend("dynamo"), backend("openvino", slow=True), backend("executorch", slow=True)]
+
+
+@pytest.fixture(scope="module")
+def max_cache_len(batch) -> int:
+    """The batch's longest source + 50: the most cache positions generate() may fill under the paper's rule
+    (max_length 1 + |source| + 50; the last token is never fed back), so the static cache is exactly full."""
+    return int(batch["attention_mask"].sum(-1).max()) + 50
+
+
+@pytest.mark.parametrize("fmt", STATIC_FORMATS)
+def test_static_cache_programs_give_eager_logits(fmt, exports, model_and_tokenizer, batch, max_cache_len):
+    """The decoder programs on a static self-attention cache of N positions (transformers' StaticCache, written in
+    place at each step): 12 teacher-forced steps, padded batch, logits within ATOL of eager's; the cache they
+    filled is still N long, and the ONNX decode program takes exactly N positions (a fixed axis, not a dynamic one)
+    for any number of rows (a dynamic batch axis)."""
+    from transformers.cache_utils import StaticCache
+
+    model, _ = model_and_tokenizer
+    exported = ExportedForGeneration.from_export(exports(fmt, max_cache_len=max_cache_len))
+    assert exported.static_cache_len == max_cache_len
+    targets = targets_for(model, batch)
+    model.set_cpu_kernel("aten")
+    for t, (got, want) in enumerate(
+        zip(exported_steps(exported, batch, targets), eager_steps(model, batch, targets), strict=True)
+    ):
+        torch.testing.assert_close(got, want, atol=ATOL, rtol=0, msg=f"step {t}")
+    self_cache = exported_steps.cache.self_attention_cache
+    assert isinstance(self_cache, StaticCache)
+    d_k = model.config.d_model // model.config.h
+    assert self_cache.layers[0].keys.shape == (4, model.config.h, max_cache_len, d_k)
+    if fmt == "onnx":
+        session = exported.exported.runners["decode"].session
+        shapes = [i.shape for i in session.get_inputs() if "self_attention_cache" in i.name and len(i.shape) == 4]
+        assert len(shapes) == 2 * model.config.decoder_layers, shapes  # keys and values per layer
+        # ONNX Runtime names each axis: a number for a fixed one, a symbol (s11) for a dynamic one
+        assert all(str(shape[2]) == str(max_cache_len) and not str(shape[0]).isdigit() for shape in shapes), shapes
+
+
+@pytest.mark.parametrize("fmt", STATIC_FORMATS)
+def test_static_cache_generate_gives_model_tokens(fmt, exports, model_and_tokenizer, batch, max_cache_len):
+    """Greedy and beam 4 (the paper's decoding) through the static-cache programs, padded batch, |source| + 50 (as
+    many positions as the cache has): the same ids as `model.generate` with the same static cache settings, and as
+    `model.generate` with its dynamic cache. The export's generation config selects the static cache itself."""
+    model, _ = model_and_tokenizer
+    exported = ExportedForGeneration.from_export(exports(fmt, max_cache_len=max_cache_len))
+    assert exported.generation_config.cache_implementation == "static"
+    model.set_cpu_kernel("aten")
+    static = {"cache_implementation": "static", "max_cache_len": max_cache_len}
+    for num_beams in (1, 4):
+        with torch.no_grad():
+            want = model.generate(**batch, num_beams=num_beams, **static)
+            dynamic = model.generate(**batch, num_beams=num_beams)
+            got = exported.generate(**batch, num_beams=num_beams)
+        assert want.shape[1] > 4  # the cache filled past the traced sample's positions
+        assert got.tolist() == want.tolist() == dynamic.tolist(), f"num_beams={num_beams}"
+
+
+def test_static_cache_refuses_what_it_cannot_hold(exports, model_and_tokenizer, batch, max_cache_len):
+    """Before any decoder step, a clear error naming the limit: a source whose |source| + 50 outgrows the N
+    positions, an explicit max_new_tokens past them, another cache length or kind; and a dynamic export refuses a
+    static cache."""
+    pytest.importorskip("onnxruntime")
+    model, tokenizer = model_and_tokenizer
+    exported = ExportedForGeneration.from_export(exports("onnx", max_cache_len=max_cache_len))
+    exported.forward = lambda *args, **kwargs: pytest.fail("a decoder step ran")
+    limit = f"max_cache_len={max_cache_len}"
+    long = tokenizer([" ".join(SENTENCES)], return_tensors="pt")
+    assert long["input_ids"].shape[1] + 50 > max_cache_len  # |source| + 50 positions needed
+    with pytest.raises(ValueError, match=rf"more than this export's static {limit}.*--max_cache_len \d+ or more"):
+        exported.generate(**long, num_beams=1)
+    with pytest.raises(ValueError, match=rf"fill {max_cache_len + 1} decoder cache positions.*{limit}"):
+        exported.generate(**batch, num_beams=4, max_new_tokens=max_cache_len + 1)
+    with pytest.raises(ValueError, match=f"take a static cache of {limit} only"):
+        exported.generate(**batch, cache_implementation="static", max_cache_len=2 * max_cache_len)
+    with pytest.raises(ValueError, match=f"take a static cache of {limit} only"):
+        exported.generate(**batch, cache_implementation="dynamic")
+    dynamic = ExportedForGeneration.from_export(exports("onnx"))
+    dynamic.forward = exported.forward
+    with pytest.raises(ValueError, match="take a dynamic cache; export with --cache_implementation static"):
+        dynamic.generate(**batch, cache_implementation="static", max_cache_len=max_cache_len)
 
 
 def test_onnx_int8_export_is_close(exports, model_and_tokenizer, batch):
@@ -389,3 +480,21 @@ def test_missing_package_names_the_extra(monkeypatch):
 def test_bad_settings_are_refused(fmt, quantization, message):
     with pytest.raises(ExportError, match=message):
         check_format(fmt, quantization)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--cache_implementation", "static"], r"needs --max_cache_len N ≥ 5 \(got None\)"),
+        (["--cache_implementation", "static", "--max_cache_len", "3"], r"needs --max_cache_len N ≥ 5 \(got 3\)"),
+        (["--max_cache_len", "64"], "--max_cache_len sizes a static cache: add --cache_implementation static"),
+        (["--format", "ctranslate2", "--cache_implementation", "static", "--max_cache_len", "64"], "not ctranslate2"),
+    ],
+)
+def test_bad_cache_settings_are_refused_before_loading(args, message, tmp_path):
+    """The command refuses a static cache without its length (or a length without a static cache), and a static
+    cache for CTranslate2, before it reads the model (the folder does not exist)."""
+    fmt = [] if "--format" in args else ["--format", "onnx"]
+    with pytest.raises(SystemExit, match=message):
+        export_main([str(tmp_path / "no-model"), *fmt, *args, "--output_dir", str(tmp_path / "out")])
+    assert not (tmp_path / "out").exists()
