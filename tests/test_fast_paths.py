@@ -613,6 +613,25 @@ def test_auto_kernel_picks_the_faster_kernel(fresh_kernel_table, monkeypatch):
 
 
 @needs_onednn
+@pytest.mark.parametrize("budget_s, timed", [(1e9, "CALIBRATION_MAX_REPEATS"), (0.0, "CALIBRATION_REPEATS")])
+def test_auto_kernel_times_short_calls_more_often(fresh_kernel_table, monkeypatch, budget_s, timed):
+    """Calls shorter than the budget get more timed calls, up to CALIBRATION_MAX_REPEATS (the fastest of 3 flipped
+    between runs for kernels 10% apart); calls that use up the budget get CALIBRATION_REPEATS."""
+    import modeling_vaswani.kernels_vaswani as kernels
+
+    calls, fast_linear = [], VaswaniLinear._fast_linear
+
+    def counted(self, x, kernel):
+        calls.append(x.shape)
+        return fast_linear(self, x, kernel)
+
+    monkeypatch.setattr(VaswaniLinear, "_fast_linear", counted)
+    monkeypatch.setattr(kernels, "CALIBRATION_BUDGET_S", budget_s)
+    assert VaswaniLinear(64, 64).eval()._calibrate("inference", 8) in ("onednn", "aten")
+    assert len(calls) == 1 + getattr(kernels, timed)  # one untimed call, then the timed ones
+
+
+@needs_onednn
 def test_training_under_auto_is_reproducible_by_default(fresh_kernel_table):
     """By default "auto" times nothing in training: the same kernel (oneDNN) runs in every process, so a run and its
     resume round alike."""
