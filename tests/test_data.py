@@ -412,6 +412,37 @@ def test_num_proc_and_the_batched_fast_path_change_nothing(tmp_path, tok):
         tokenize_pairs(ds, tok, "en", "de", max_length=20, num_proc=0)
 
 
+def test_bpe_texts_are_read_from_the_arrow_file_without_its_memory_map(tmp_path, cache):
+    """A split that is one Arrow file gives the BPE its texts by plain reads (the pages of a corpus-wide sample stay
+    out of the process), the same batches of the same texts as the rows say, whole or sampled, across the file's
+    record batches; a sliced split goes through datasets as before; a sample past the file's end is an error."""
+    import numpy as np
+    import pyarrow as pa
+    from datasets.table import MemoryMappedTable
+
+    from training.data import tokenizer as bpe
+
+    moses = load_parallel(train_file=_moses_corpus(tmp_path / "train", 500), cache_dir=cache)["train"]
+    path = tmp_path / "batches.arrow"
+    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, moses.data.schema) as writer:
+        for start in range(0, 500, 70):  # record batches of 70 rows: their ends fall inside the text batches
+            writer.write_table(moses.data.table.slice(start, 70))
+    split = datasets.Dataset(MemoryMappedTable.from_file(str(path)), info=moses.info)
+    assert bpe._plain_file(moses) == moses.cache_files[0]["filename"] and bpe._plain_file(split) == str(path)
+    assert bpe._plain_file(split.select(range(10, 20))) is None
+    pairs = split["translation"]
+    for indices in (None, bpe.bpe_sample(500, 123, seed=0)):
+        picked = pairs if indices is None else [pairs[i] for i in indices]
+        expected = [
+            [p["en"] for p in picked[i : i + 64] if p["en"]] + [p["de"] for p in picked[i : i + 64] if p["de"]]
+            for i in range(0, len(picked), 64)
+        ]
+        assert list(bpe.iter_pair_texts(split, "en", "de", 64, indices)) == expected
+        assert list(bpe.iter_pair_texts(split.select(range(500)), "en", "de", 64, indices)) == expected
+    with pytest.raises(IndexError, match="past the 500 rows"):
+        list(bpe.iter_pair_texts(split, "en", "de", 64, np.array([3, 500])))
+
+
 def test_bpe_learns_from_a_logged_sample_and_is_cached_by_its_settings(tmp_path, caplog):
     from training.data.tokenizer import iter_pair_texts, shared_bpe
 
