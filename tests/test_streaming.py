@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from training.data.corpus import default_corpus
-from training.data.streaming import TokenBudgetStream, load_position, stream_parallel
+from training.data.streaming import TokenBudgetStream, load_position, prefetch_pays, stream_parallel
 from training.data.tokenizer import train_tokenizer
 
 PAIRS = 700
@@ -102,6 +102,20 @@ def test_prefetching_gives_the_batches_and_positions_of_preparing_every_chunk_he
     assert take(make(corpus, tok, prefetch=True, **shard), 60) == take(make(corpus, tok, prefetch=False, **shard), 60)
 
 
+def test_chunks_are_prepared_ahead_by_a_worker_only_where_training_leaves_a_core_idle(monkeypatch):
+    """On the CPU with a torch thread per core (times the processes), the worker's chunk would take its CPU from
+    training: the training process prepares every chunk; with a core to spare, or on a GPU, the worker does."""
+    import torch
+
+    import training.data.parallel as parallel
+
+    monkeypatch.setattr(parallel, "available_cores", lambda: 2)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
+    assert not prefetch_pays(on_cpu=True) and prefetch_pays(on_cpu=False)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
+    assert prefetch_pays(on_cpu=True) and not prefetch_pays(on_cpu=True, processes=2)
+
+
 def test_a_stream_resumed_after_the_last_batch_of_a_one_chunk_epoch_goes_on_with_the_next_epoch(corpus, tok):
     """A position past the last batch of a chunk that is the whole epoch: the resumed stream starts the next epoch."""
     batches = len(one_epoch(make(corpus, tok, chunk_pairs=1000)))
@@ -138,6 +152,7 @@ def test_a_resumed_streaming_run_ends_with_the_uninterrupted_weights(tmp_path, c
     assert 0 < summary["first_step_train_seconds"] < summary["train_seconds"]
     # reported (a positive whole number); how it compares with the whole run's rate is timing, not asserted here
     assert isinstance(summary["steady_tokens_per_second"], int) and summary["steady_tokens_per_second"] > 0
+    assert summary["data_preparation"]["stream_prefetch"] is prefetch_pays(on_cpu=True)
     position = load_position(straight / "checkpoint-6", 0)
     assert position is not None and position["consumed"] == 6 and position["chunk"] > 0  # resumed past a chunk
     resumed.mkdir()

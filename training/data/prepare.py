@@ -8,6 +8,7 @@ standard library at import time: the command imports this module before it parse
 
 from __future__ import annotations
 
+import logging
 import time
 from pathlib import Path
 from typing import Any
@@ -64,8 +65,6 @@ def stream_bpe(stream, s: dict[str, Any]):
     without reading it all); logged, and recorded in run_summary.json. From local files it is cached as the
     map-style BPE is (training.data.tokenizer.shared_bpe), keyed by the files' content, the languages, the
     vocabulary size and the pairs it learns from; a Hub stream has no content key to go by and is learnt each time."""
-    import logging
-
     from transformers import AutoTokenizer
 
     from training.data.streaming import files_digest, iter_stream_texts
@@ -124,7 +123,7 @@ def prepare_data(s: dict[str, Any], state, raw, out: Path, checkpoint: Path | No
         data = tokenize_pairs(raw, tokenizer, src, tgt, s["max_length"], s.get("num_proc"))
         drop_stats = data.stats
     if stream is not None:
-        from training.data.streaming import CHUNK_PAIRS, TokenBudgetStream, load_position
+        from training.data.streaming import CHUNK_PAIRS, TokenBudgetStream, load_position, prefetch_pays
 
         position = load_position(checkpoint, state.process_index) if checkpoint is not None else None
         if checkpoint is not None and position is None:
@@ -141,6 +140,14 @@ def prepare_data(s: dict[str, Any], state, raw, out: Path, checkpoint: Path | No
             rank=state.process_index,
             world_size=state.num_processes,
             position=position,
+            prefetch=prefetch_pays(state.device.type == "cpu", state.num_processes),
+        )
+        preparation["stream_prefetch"] = data["train"].prefetch
+        logging.getLogger("training.data.streaming").info(
+            "--streaming: the chunks after the first are prepared %s",
+            "by a background worker"
+            if data["train"].prefetch
+            else "in the training process (no idle core for a worker)",
         )
         drop_stats = {**drop_stats, "train": data["train"].stats}  # filled as the stream is read
     preparation["tokenize_seconds"] = round(time.perf_counter() - tokenized, 2)
