@@ -39,6 +39,7 @@ time less this process tree's), so a timing taken beside another job shows it.
     python -m benchmarks.data --smoke                                       # about 40 s: CI
     python -m benchmarks.data --sizes 100000,1000000 --lock /tmp/cpu.lock   # each measured step holds the lock
     python -m benchmarks.data --plot benchmarks/results/data-cpu2-2026-11-30.jsonl   # PNG; 4.5M projected
+    python -m benchmarks.data --plot A.jsonl B.jsonl     # the sizes of both files in one PNG (next to B.jsonl)
 
 Rows go to `benchmarks/results/data-<hardware>-<date>.{jsonl,md}` like the other benchmarks.
 """
@@ -419,19 +420,31 @@ def project(cold: list[dict], pairs: int) -> dict:
     return row
 
 
-def plot(jsonl: Path, png: Path, projected_pairs: int = 4_500_000) -> Path:
-    """Preparation time and peak memory against N (cold runs, solid), and `project`'s estimate at WMT14 en-de's
-    4.5M pairs (dashed, hollow marker: a projection, not a measurement)."""
+def read_rows(jsonls: list[Path]) -> list[dict]:
+    return [json.loads(line) for jsonl in jsonls for line in jsonl.read_text().splitlines() if line.strip()]
+
+
+def plot(jsonls: list[Path], png: Path, projected_pairs: int = 4_500_000) -> Path:
+    """Preparation time and peak memory against N (the cold runs of every file, solid), and `project`'s estimate at
+    WMT14 en-de's 4.5M pairs where no file measured it (dashed, hollow marker: a projection, not a measurement)."""
     from benchmarks.common import pyplot, save_figure
 
     plt = pyplot()
-    rows = [json.loads(line) for line in jsonl.read_text().splitlines() if line.strip()]
+    rows = read_rows(jsonls)
     cold = sorted((r for r in rows if r["step"] == "cold"), key=lambda r: r["pairs"])
     guess = project(cold, projected_pairs) if len({r["pairs"] for r in cold}) >= 2 else None
     fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(11, 4.2))
     for ax, keys, unit in (
         (ax_t, [("prepare_s", "preparation"), ("tokenize_s", "tokenization"), ("bpe_s", "BPE")], "seconds"),
-        (ax_m, [("peak_pss_gib", "peak PSS (tree)"), ("peak_rss_gib", "peak RSS (summed)")], "GiB"),
+        (
+            ax_m,
+            [
+                ("peak_pss_gib", "peak PSS (tree)"),
+                ("peak_pss_anon_gib", "peak PSS, anonymous (tree)"),
+                ("peak_rss_gib", "peak RSS (summed)"),
+            ],
+            "GiB",
+        ),
     ):
         for key, label in keys:
             x, y = [r["pairs"] / 1e6 for r in cold], [r[key] for r in cold]
@@ -473,7 +486,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=1800, help="seconds per measured step [1800]")
     p.add_argument("--out_dir", default=None, help="results folder [benchmarks/results]")
     p.add_argument("--smoke", action="store_true", help="seconds: 2,000 pairs, vocabulary 500, 2 training steps")
-    p.add_argument("--plot", type=Path, help="only draw the PNG of an existing results .jsonl, next to it")
+    p.add_argument(
+        "--plot", type=Path, nargs="+", help="only draw the PNG of existing results .jsonl files, next to the last"
+    )
     p.add_argument("--_prepare", type=Path, help=argparse.SUPPRESS)
     return p
 
@@ -485,8 +500,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
         print(json.dumps(result), flush=True)
         return [result]
     if args.plot is not None:
-        print(plot(args.plot, args.plot.with_suffix(".png")))
-        rows = [json.loads(line) for line in args.plot.read_text().splitlines() if line.strip()]
+        print(plot(args.plot, args.plot[-1].with_suffix(".png")))
+        rows = read_rows(args.plot)
         cold = [r for r in rows if r["step"] == "cold"]
         guess = [project(cold, 4_500_000)] if len({r["pairs"] for r in cold}) >= 2 else []
         for row in guess:

@@ -27,7 +27,10 @@ def test_data_benchmark_smoke(tmp_path):
     written = [json.loads(line) for line in jsonl.read_text().splitlines()]
     assert [r["step"] for r in written] == ["cold", "cached"] and written[0]["env"]["cpu"]
     assert not list(tmp_path.glob("data-bench-*"))  # the generated corpus is removed
-    png = data_bench.plot(jsonl, tmp_path / "plot.png")
+    larger = tmp_path / "larger.jsonl"  # a second file's sizes join the first's in one plot
+    larger.write_text(json.dumps({**written[0], "pairs": 4000}) + "\n")
+    assert [r["pairs"] for r in data_bench.read_rows([jsonl, larger])] == [2000, 2000, 4000]
+    png = data_bench.plot([jsonl, larger], tmp_path / "plot.png")
     assert png.read_bytes()[:8] == PNG_SIGNATURE
 
 
