@@ -236,7 +236,8 @@ def fused_linear(x: torch.Tensor, *layers: VaswaniLinear) -> tuple[torch.Tensor,
     each layer keeps its own call, so the plain path's numbers do not change): one product on the layers' weights
     stacked once ((Σ d_out, d_in), a copy kept on the first layer and rebuilt when a weight changes, as
     `VaswaniLinear`'s packed copy; the state dict is untouched). At 32 decoder rows, one 512→1536 product runs
-    ~1.5× faster than three 512→512 ones on 2 AVX2 cores (benchmarks/results/: issue 16's profile). int8 gives the
+    ~1.5× faster than three 512→512 ones on 2 AVX2 cores; at 128 rows it is not
+    (benchmarks/results/generate-fused-ab-cpu2-avx2-2026-12-01.md). int8 gives the
     same numbers either way (weights quantized per output row, the activation once per call); fp32 within rounding
     (tests/test_fast_paths.py). Anything else (training, accelerators, other dtypes, "aten", layers with hooks or
     replaced by an adapter): one call per layer."""

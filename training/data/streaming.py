@@ -17,8 +17,8 @@ Prefetching: the first chunk is prepared in the training process, which has noth
 step; every later chunk is read, tokenized, filtered and cut into batches by a DataLoader worker process (one, at
 lowered CPU priority: it runs on what training leaves idle), which prepares the next chunk while training steps
 through the current one. Where training leaves no CPU idle (training on the CPU with a torch thread per core),
-`prefetch_pays` says no and training.train prepares every chunk in the training process: cheaper there. The training process only turns each batch's rows into Python lists when it is asked for
-that batch. Only the first chunk keeps training waiting: the stream's share of the preparation that the map-style
+`prefetch_pays` says no and training.train prepares every chunk in the training process: cheaper there. The
+training process only turns each batch's rows into Python lists when it is asked for that batch. Only the first chunk keeps training waiting: the stream's share of the preparation that the map-style
 path does before training. The batches and their order are the same as when everything runs in the training process
 (`prefetch=False`, also what a stream iterated inside a DataLoader worker does).
 
