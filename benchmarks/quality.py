@@ -46,7 +46,10 @@ padded_tokens_seen, train_seconds (Trainer's train_runtime), decode_seconds, the
 validation-BLEU curve, and the hardware (CPU model, ISA flags, threads; GPU). Files:
 benchmarks/results/quality-<hardware>-<date>.{jsonl,md,png} (never overwritten; the PNG: validation BLEU against
 steps, one line per system). Runs live in --runs_dir (git-ignored runs/quality by default); a system whose run is
-complete there is not trained again, and runs of other settings are refused (--overwrite replaces them).
+complete there is not trained again, and runs of other settings are refused (--overwrite replaces them). A run of the
+same settings that stopped early (killed, machine gone) continues from its newest complete checkpoint, as
+`train --resume` does: the same batches in the same order, and the token counts and training time carried over from
+the checkpoint (quality_progress.json), so a budget of hours can be trained in several sittings.
 """
 
 from __future__ import annotations
@@ -74,6 +77,8 @@ RECIPES = {
 }
 DEFAULT_CHECKPOINT = {"ours": "average", "ours-marian-lr": "average", "marian": "last"}
 RUN_RECORD = "quality_run.json"
+RUN_SETTINGS = "quality_settings.json"  # written when a run starts: what an unfinished run must match to continue
+RUN_PROGRESS = "quality_progress.json"  # per saved checkpoint: token counts and training time up to it
 ISA_FLAGS = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_tile")
 # what --smoke changes (explicit flags still win): the tiny model on generated data, a few steps
 SMOKE = {
@@ -381,38 +386,103 @@ def comparable(s: dict[str, Any]) -> dict[str, Any]:
     return json.loads(json.dumps({k: v for k, v in s.items() if k not in drop}, default=str))
 
 
+def progress_callback(trainer, path: Path, base: dict[str, float]):
+    """A TrainerCallback that, after each checkpoint save, writes the trainer's token counts and training time up to
+    that step into `path` (step -> progress), so that a run continued from the checkpoint carries them on. Trainer
+    keeps the step, optimizer, schedule, RNG and log history in the checkpoint, but not these counters
+    (VaswaniTrainer counts on the device) nor the time spent in earlier sittings."""
+    from transformers import TrainerCallback
+
+    class Progress(TrainerCallback):
+        def on_train_begin(self, args, state, control, **kwargs):
+            self.wall, self.cpu = time.perf_counter(), time.process_time()
+
+        def on_save(self, args, state, control, **kwargs):
+            if state.is_world_process_zero:
+                done = json.loads(path.read_text()) if path.is_file() else {}
+                done[str(state.global_step)] = progress_so_far(trainer, base, self.wall, self.cpu)
+                tmp = path.with_suffix(".tmp")
+                tmp.write_text(json.dumps(done, indent=1))
+                tmp.replace(path)  # never half a file
+
+    return Progress()
+
+
+NO_PROGRESS = {"tokens_seen": 0, "padded_tokens_seen": 0, "train_wall_seconds": 0.0, "train_cpu_seconds": 0.0,
+               "sittings": 0}  # fmt: skip
+
+
+def progress_so_far(trainer, base: dict[str, float], wall: float, cpu: float) -> dict[str, float]:
+    """Token counts and training time from the run's start (earlier sittings' `base` + this one's)."""
+    return {
+        "tokens_seen": base["tokens_seen"] + int(trainer.tokens_seen.item()),
+        "padded_tokens_seen": base["padded_tokens_seen"] + int(trainer.padded_tokens_seen.item()),
+        "train_wall_seconds": round(base["train_wall_seconds"] + time.perf_counter() - wall, 1),
+        "train_cpu_seconds": round(base["train_cpu_seconds"] + time.process_time() - cpu, 1),
+        "sittings": base["sittings"] + 1,
+    }
+
+
+def continue_from(out: Path, settings: dict[str, Any]) -> tuple[Path | None, dict[str, float]]:
+    """(checkpoint, progress up to it) of an unfinished run of these settings in `out`, or (None, zeros)."""
+    from training.checkpoints.complete import find_resumable
+
+    started = out / RUN_SETTINGS
+    if not started.is_file() or json.loads(started.read_text()) != settings:
+        return None, NO_PROGRESS
+    checkpoint, _ = find_resumable(out)
+    progress = json.loads((out / RUN_PROGRESS).read_text()) if (out / RUN_PROGRESS).is_file() else {}
+    step = checkpoint.name.split("-")[-1] if checkpoint else None
+    if checkpoint is None or step not in progress:
+        return None, NO_PROGRESS
+    return checkpoint, progress[step]
+
+
 def train_system(system: str, s: dict[str, Any], raw, tokenizer_dir: Path, args: argparse.Namespace) -> dict:
-    """Train `system` in runs_dir/<system> (unless a complete run of these settings is there) and return its
-    record: steps, tokens seen, times, the validation curve."""
+    """Train `system` in runs_dir/<system> (unless a complete run of these settings is there; an unfinished one
+    continues from its newest complete checkpoint) and return its record: steps, tokens seen, times, the
+    validation curve."""
     out = args.runs_dir / system
     record_path = out / RUN_RECORD
+    settings = comparable(s)
     if record_path.is_file():
         record = json.loads(record_path.read_text())
-        if record["settings"] == comparable(s):
+        if record["settings"] == settings:
             print(f"{system}: complete run in {out}, not trained again", flush=True)
             return record
-    if out.exists() and any(out.iterdir()):
+    checkpoint, base = continue_from(out, settings) if not record_path.is_file() else (None, None)
+    if checkpoint is None and out.exists() and any(out.iterdir()):
         if not args.overwrite:
             raise SystemExit(
-                f"{out} holds a run of other settings (or an unfinished one): pass --overwrite to replace it, "
-                "or another --runs_dir"
+                f"{out} holds a run of other settings (or an unfinished one without a complete checkpoint): pass "
+                "--overwrite to replace it, or another --runs_dir"
             )
         shutil.rmtree(out)
     from accelerate import PartialState
 
+    from training.checkpoints.complete import find_resumable, move_aside
     from training.trainer.build import build_trainer, select_device
 
     use_cpu = select_device(s)
     state = PartialState(cpu=use_cpu)
-    out.mkdir(parents=True, exist_ok=True)
-    shutil.copytree(tokenizer_dir, out / "tokenizer")  # build_trainer uses it instead of training its own
-    trainer, _, tokenizer, drop_stats, signatures = build_trainer(s, state, raw, out, use_cpu)
+    if checkpoint is None:
+        out.mkdir(parents=True, exist_ok=True)
+        shutil.copytree(tokenizer_dir, out / "tokenizer")  # build_trainer uses it instead of training its own
+        (out / RUN_SETTINGS).write_text(json.dumps(settings, indent=2))
+    else:
+        _, rejected = find_resumable(out)
+        for problems in rejected:  # newer than the checkpoint continued from: never overwritten
+            print(f"{problems.folder.name}: {problems.describe()}; moved aside to "
+                  f"{move_aside(problems.folder, problems.kind).name}", flush=True)  # fmt: skip
+    trainer, _, tokenizer, drop_stats, signatures = build_trainer(s, state, raw, out, use_cpu, checkpoint)
     if system == "marian":
         trainer = twin_trainer(trainer, tokenizer)
-    print(f"{system}: training {s['max_steps']} steps, peak lr {s['peak_lr']:.3g}, in {out}", flush=True)
-    started = time.perf_counter()
-    result = trainer.train()
-    wall = time.perf_counter() - started
+    trainer.add_callback(progress_callback(trainer, out / RUN_PROGRESS, base))
+    sitting = f"continuing from {checkpoint.name}" if checkpoint else "from the start"
+    print(f"{system}: training {s['max_steps']} steps ({sitting}), peak lr {s['peak_lr']:.3g}, in {out}", flush=True)
+    wall, cpu = time.perf_counter(), time.process_time()
+    result = trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+    progress = progress_so_far(trainer, base, wall, cpu)
     model = trainer.accelerator.unwrap_model(trainer.model)
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
@@ -420,10 +490,13 @@ def train_system(system: str, s: dict[str, Any], raw, tokenizer_dir: Path, args:
     record = {
         "system": system,
         "steps": trainer.state.global_step,
-        "tokens_seen": int(trainer.tokens_seen.item()),
-        "padded_tokens_seen": int(trainer.padded_tokens_seen.item()),
-        "train_seconds": round(result.metrics["train_runtime"], 1),
-        "train_wall_seconds": round(wall, 1),
+        "tokens_seen": progress["tokens_seen"],
+        "padded_tokens_seen": progress["padded_tokens_seen"],
+        # Trainer's train_runtime of this sitting plus the earlier sittings' time in trainer.train
+        "train_seconds": round(base["train_wall_seconds"] + result.metrics["train_runtime"], 1),
+        "train_wall_seconds": progress["train_wall_seconds"],
+        "train_cpu_seconds": progress["train_cpu_seconds"],  # CPU time of the process: not counting pauses
+        "sittings": progress["sittings"],
         "final_train_loss": result.metrics.get("train_loss"),
         "val_curve": [[r["step"], r["eval_bleu"]] for r in history if "eval_bleu" in r],
         "val_loss_curve": [[r["step"], r["eval_loss"]] for r in history if "eval_loss" in r],
@@ -432,7 +505,7 @@ def train_system(system: str, s: dict[str, Any], raw, tokenizer_dir: Path, args:
         "signatures": signatures,
         "dropped_pairs": drop_stats,
         "parameters": sum(p.numel() for p in model.parameters()),
-        "settings": comparable(s),
+        "settings": settings,
     }
     record_path.write_text(json.dumps(record, indent=2))
     return record

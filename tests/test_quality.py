@@ -137,3 +137,50 @@ def test_bad_input_is_refused_before_training(argv, message, tmp_path):
         quality.main(["--smoke", "--runs_dir", str(runs), "--out_dir", str(tmp_path / "out"), *argv])
     assert message in str(info.value.code)
     assert not (runs / "ours").exists() and not (tmp_path / "out").exists()
+
+
+def test_an_unfinished_run_continues_from_its_checkpoint_on_the_same_budget(tmp_path, one_thread, monkeypatch):
+    """A run killed after a checkpoint continues from it on the next call: the same steps, the same real and padded
+    token counts and the same weights as an uninterrupted run (the batches, RNG and schedule carried on), for ours and
+    for the Marian twin; a completed run is not trained again."""
+    from safetensors.torch import load_file
+
+    argv = ["--smoke", "--systems", "ours,marian", "--train_only"]
+    quality.main([*argv, "--runs_dir", str(tmp_path / "whole")])
+
+    class Killed(Exception):
+        pass
+
+    real = quality.progress_callback
+    for victim in ("ours", "marian"):  # the first call dies in ours' run, the second (ours now done) in the twin's
+
+        def dying(trainer, path, base, victim=victim):
+            callback = real(trainer, path, base)
+            if path.parent.name == victim:
+
+                def on_step_end(args, state, control, **kwargs):
+                    if state.global_step == 5:  # after checkpoint-4 (save_steps 2) and before the next one
+                        raise Killed
+
+                callback.on_step_end = on_step_end
+            return callback
+
+        monkeypatch.setattr(quality, "progress_callback", dying)
+        with pytest.raises(Killed):
+            quality.main([*argv, "--runs_dir", str(tmp_path / "cut")])
+        assert not (tmp_path / "cut" / victim / quality.RUN_RECORD).exists()
+    monkeypatch.undo()
+    quality.main([*argv, "--runs_dir", str(tmp_path / "cut")])
+
+    for system in ("ours", "marian"):
+        whole, cut = (
+            json.loads((tmp_path / run / system / quality.RUN_RECORD).read_text()) for run in ("whole", "cut")
+        )
+        assert (whole["sittings"], cut["sittings"]) == (1, 2)
+        for key in ("steps", "tokens_seen", "padded_tokens_seen", "val_curve", "lr_curve", "train_loss_curve"):
+            assert cut[key] == whole[key], (system, key)
+        assert cut["train_seconds"] > 0 and cut["train_cpu_seconds"] > 0
+        weights = [load_file(tmp_path / run / system / "model.safetensors") for run in ("whole", "cut")]
+        assert weights[0].keys() == weights[1].keys()
+        for name, tensor in weights[0].items():
+            torch.testing.assert_close(weights[1][name], tensor, rtol=0, atol=1e-6, msg=f"{system} {name}")
