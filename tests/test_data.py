@@ -1,6 +1,7 @@
 """Loading parallel data through datasets (default corpus, dataset folders, JSONL, TSV, Moses) and tokenizing it:
 one row shape, clear errors before long work, dropped pairs counted and logged."""
 
+import gc
 import gzip
 import json
 import logging
@@ -11,6 +12,7 @@ import datasets
 import huggingface_hub
 import pytest
 from tokenizers import Tokenizer
+from transformers import PreTrainedTokenizerFast
 
 from training.data.corpus import default_corpus
 from training.data.parallel import load_parallel, tokenize_pairs
@@ -410,6 +412,106 @@ def test_num_proc_and_the_batched_fast_path_change_nothing(tmp_path, tok):
     assert one["train"][:] == two["train"][:] == slow["train"][:]
     with pytest.raises(ValueError, match="num_proc must be a positive integer"):
         tokenize_pairs(ds, tok, "en", "de", max_length=20, num_proc=0)
+
+
+def _mapped_bytes(path) -> int:
+    """Bytes of `path`'s pages mapped into this process now (/proc/self/smaps' Rss of its mappings)."""
+    total, inside = 0, False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        fields = line.split()
+        if fields and ":" not in fields[0]:  # a mapping's header line: address perms offset dev inode [path]
+            inside = len(fields) == 6 and fields[5] == str(path)
+        elif inside and fields[0] == "Rss:":
+            total += int(fields[1]) * 1024
+    return total
+
+
+linux_only = pytest.mark.skipif(not Path("/proc/self/smaps").is_file(), reason="reads /proc/self/smaps (Linux)")
+
+
+@linux_only
+def test_released_pages_leave_the_process_and_the_rows_stay_readable(tmp_path):
+    """release_mapped_pages unmaps every page of a memory-mapped Arrow table the process had read (the rows read
+    back the same, mapping their pages again), and leaves a table in memory alone (anonymous memory: released
+    pages would read back as zeros)."""
+    import pyarrow as pa
+
+    from training.data.memory import release_mapped_pages
+
+    texts = [f"sentence {i} " * (i % 17 + 1) for i in range(20000)]
+    table = pa.table({"translation": pa.array([{"en": t, "de": t[::-1]} for t in texts])})
+    path = tmp_path / "rows.arrow"
+    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table, max_chunksize=1000)
+    mapped = pa.ipc.open_stream(pa.memory_map(str(path))).read_all()
+    rows = mapped.column("translation").to_pylist()
+    assert _mapped_bytes(path) >= 0.99 * path.stat().st_size
+    assert release_mapped_pages(mapped) >= 0.99 * path.stat().st_size
+    assert _mapped_bytes(path) == 0
+    assert mapped.column("translation").to_pylist() == rows == table.column("translation").to_pylist()
+    assert _mapped_bytes(path) >= 0.99 * path.stat().st_size
+    assert release_mapped_pages(table) == 0 and release_mapped_pages() == 0
+    assert table.column("translation").to_pylist() == rows
+
+
+@linux_only
+def test_tokenizing_releases_the_pages_of_the_corpus_it_has_read(tmp_path, tok):
+    """The process that tokenizes a memory-mapped corpus does not keep its pages: after the map, only the pages of
+    the batches read since the last release (RELEASE_PAGES_EVERY at most, each read mapping the kernel's
+    fault-around window of 64 KB around each of its four text buffers) are still mapped, not the whole file."""
+    from training.data.parallel import RELEASE_PAGES_EVERY
+
+    pairs, batch = 40000, 100
+    ds = load_parallel(train_file=_moses_corpus(tmp_path / "train", pairs), cache_dir=str(tmp_path / "cache"))
+    path = ds["train"].cache_files[0]["filename"]
+    ds["train"].with_format("arrow")[:].column("translation").to_pylist()  # every page mapped
+    size = Path(path).stat().st_size
+    assert _mapped_bytes(path) >= 0.99 * size
+    data = tokenize_pairs(ds, tok, "en", "de", max_length=64, num_proc=1, batch_size=batch)
+    assert data.stats["train"]["pairs"] == pairs
+    unreleased = (RELEASE_PAGES_EVERY + 1) * batch / pairs * size + 4 * 2 * 65536
+    assert _mapped_bytes(path) <= unreleased < 0.25 * size
+
+
+class _FreezeRecording(PreTrainedTokenizerFast):
+    """Writes, in each process that calls it, how many objects were frozen out of the garbage collector there."""
+
+    folder = ""
+
+    def __call__(self, *args, **kwargs):
+        Path(self.folder, str(os.getpid())).write_text(str(gc.get_freeze_count()))
+        return super().__call__(*args, **kwargs)
+
+
+def test_forked_tokenizing_workers_start_with_the_parents_objects_frozen(tmp_path, tok):
+    """With num_proc > 1 the workers are forked with the parent's objects frozen out of the garbage collector (so
+    that their collections do not copy the parent's pages); the parent's collector is as before afterwards; one
+    process freezes nothing; objects a caller froze stay frozen."""
+    from training.data.memory import frozen_for_fork
+
+    corpus = _moses_corpus(tmp_path / "train", 1200)
+    for procs in (1, 2):
+        folder = tmp_path / f"procs{procs}"
+        folder.mkdir()
+        ds = load_parallel(train_file=corpus, cache_dir=str(folder / "cache"))  # not the other's tokenized cache
+        recording = _FreezeRecording(tokenizer_object=tok.backend_tokenizer, eos_token="</s>", pad_token="<pad>")
+        recording.folder = str(folder)
+        assert gc.get_freeze_count() == 0
+        tokenize_pairs(ds, recording, "en", "de", max_length=20, num_proc=procs, batch_size=100)
+        assert gc.get_freeze_count() == 0
+        counts = {int(f.name): int(f.read_text()) for f in folder.iterdir() if f.name.isdigit()}
+        if procs == 1:
+            assert counts == {os.getpid(): 0}
+        else:
+            assert len(counts) == 2 and os.getpid() not in counts and min(counts.values()) > 0
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        with frozen_for_fork():
+            assert gc.get_freeze_count() == frozen
+        assert gc.get_freeze_count() == frozen
+    finally:
+        gc.unfreeze()
 
 
 def test_bpe_texts_are_read_from_the_arrow_file_without_its_memory_map(tmp_path, cache):
