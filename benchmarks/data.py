@@ -38,7 +38,7 @@ time less this process tree's), so a timing taken beside another job shows it.
 
     python -m benchmarks.data --smoke                                       # about 40 s: CI
     python -m benchmarks.data --sizes 100000,1000000 --lock /tmp/cpu.lock   # each measured step holds the lock
-    python -m benchmarks.data --plot benchmarks/results/data-cpu2-2026-11-30.jsonl   # PNG; 4.5M projected
+    python -m benchmarks.data --plot benchmarks/results/data-cpu2-2026-11-30.jsonl   # PNG; 4.5M projected if unmeasured
     python -m benchmarks.data --plot A.jsonl B.jsonl     # the sizes of both files in one PNG (next to B.jsonl)
 
 Rows go to `benchmarks/results/data-<hardware>-<date>.{jsonl,md}` like the other benchmarks.
@@ -424,15 +424,27 @@ def read_rows(jsonls: list[Path]) -> list[dict]:
     return [json.loads(line) for jsonl in jsonls for line in jsonl.read_text().splitlines() if line.strip()]
 
 
+def projection(cold: list[dict], pairs: int = 4_500_000) -> tuple[dict | None, str]:
+    """`project`'s estimate at `pairs` where no cold row measured that size and two sizes were measured (else None),
+    and what the plot's time panel says about that size: measured, projected, or neither."""
+    label = f"{pairs / 1e6:g}M"
+    if any(r["pairs"] == pairs for r in cold):
+        return None, f"cold preparation time (every point measured, {label} included)"
+    if len({r["pairs"] for r in cold}) < 2 or pairs < max(r["pairs"] for r in cold):
+        return None, "cold preparation time (solid: measured)"
+    return project(cold, pairs), f"cold preparation time (solid: measured; dashed: {label} projected)"
+
+
 def plot(jsonls: list[Path], png: Path, projected_pairs: int = 4_500_000) -> Path:
     """Preparation time and peak memory against N (the cold runs of every file, solid), and `project`'s estimate at
-    WMT14 en-de's 4.5M pairs where no file measured it (dashed, hollow marker: a projection, not a measurement)."""
+    WMT14 en-de's 4.5M pairs where no file measured it (dashed, hollow marker: a projection, not a measurement); the
+    titles say which (`projection`)."""
     from benchmarks.common import pyplot, save_figure
 
     plt = pyplot()
     rows = read_rows(jsonls)
     cold = sorted((r for r in rows if r["step"] == "cold"), key=lambda r: r["pairs"])
-    guess = project(cold, projected_pairs) if len({r["pairs"] for r in cold}) >= 2 else None
+    guess, time_title = projection(cold, projected_pairs)
     fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(11, 4.2))
     for ax, keys, unit in (
         (ax_t, [("prepare_s", "preparation"), ("tokenize_s", "tokenization"), ("bpe_s", "BPE")], "seconds"),
@@ -449,7 +461,7 @@ def plot(jsonls: list[Path], png: Path, projected_pairs: int = 4_500_000) -> Pat
         for key, label in keys:
             x, y = [r["pairs"] / 1e6 for r in cold], [r[key] for r in cold]
             (line,) = ax.plot(x, y, "o-", label=label)
-            if guess is not None and projected_pairs > cold[-1]["pairs"]:
+            if guess is not None:
                 px, py = [x[-1], projected_pairs / 1e6], [y[-1], guess[key]]
                 ax.plot(px, py, "--", color=line.get_color(), alpha=0.6)
                 ax.plot(px[1:], py[1:], "o", mfc="none", color=line.get_color())
@@ -460,8 +472,8 @@ def plot(jsonls: list[Path], png: Path, projected_pairs: int = 4_500_000) -> Pat
     for goal in (180, 480):  # the issue's goals: 1M in 3 min, 4.5M in 8 min
         ax_t.axhline(goal, color="grey", lw=0.8, ls=":")
     ax_m.axhline(1.5, color="grey", lw=0.8, ls=":")  # ... and 1.5 GiB at every N
-    ax_t.set_title("cold preparation time (dashed: projected)")
-    ax_m.set_title("peak memory during cold preparation")
+    ax_t.set_title(time_title, fontsize=10)
+    ax_m.set_title("peak memory during cold preparation" + (" (dashed: projected)" if guess else ""), fontsize=10)
     return save_figure(fig, png)
 
 
@@ -502,11 +514,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
     if args.plot is not None:
         print(plot(args.plot, args.plot[-1].with_suffix(".png")))
         rows = read_rows(args.plot)
-        cold = [r for r in rows if r["step"] == "cold"]
-        guess = [project(cold, 4_500_000)] if len({r["pairs"] for r in cold}) >= 2 else []
-        for row in guess:
-            print(json.dumps(row))
-        return guess
+        guess, _ = projection([r for r in rows if r["step"] == "cold"])
+        if guess is not None:  # only where 4.5M was not measured
+            print(json.dumps(guess))
+        return [guess] if guess is not None else []
     if args.smoke:
         args.sizes, args.vocab_size, args.train_steps = "2000", 500, min(args.train_steps, 2)
     try:

@@ -50,3 +50,20 @@ def test_projection_keeps_the_sampled_bpe_flat_and_the_other_phases_on_their_lin
     assert abs(guess["load_s"] - (1.0 + 44 / 9)) < 1e-6
     assert abs(guess["peak_pss_gib"] - (1.0 + 0.1 * 44 / 9)) < 1e-6
     assert abs(guess["prepare_s"] - sum(guess[k] for k in ("load_s", "bpe_s", "tokenize_s", "table_s"))) < 1e-9
+
+
+def test_the_plot_says_whether_4_5m_was_measured_or_projected():
+    """A plot with a measured 4.5M row draws no projection and says 4.5M was measured; with only 100k and 1M it
+    projects 4.5M and says so; with one size neither."""
+    rows = [
+        {"pairs": n, "step": "cold", "load_s": 1.0, "bpe_s": 6.0, "tokenize_s": t, "table_s": 0.2}
+        for n, t in ((100_000, 7.0), (1_000_000, 65.0), (4_500_000, 300.0))
+    ]
+    for r in rows:
+        r.update(peak_pss_gib=1.0, peak_pss_anon_gib=0.5, peak_rss_gib=2.0, peak_anon_gib=1.0)
+    guess, title = data_bench.projection(rows)
+    assert guess is None and "measured, 4.5M included" in title and "projected" not in title
+    guess, title = data_bench.projection(rows[:2])
+    assert guess["pairs"] == 4_500_000 and guess["step"] == "projected" and "4.5M projected" in title
+    guess, title = data_bench.projection(rows[:1])
+    assert guess is None and "projected" not in title and "4.5M" not in title
