@@ -35,6 +35,34 @@ def cpu_isa() -> str:
     return capability if not limit else f"{capability}, oneDNN ≤ {limit.upper()}"
 
 
+# "auto"'s kernel in training, by the instruction set oneDNN runs (its cap where `ONEDNN_MAX_CPU_ISA` sets one, else
+# ATen's capability), from the training benchmark's measurements: on AVX-512, oneDNN's three products made the step
+# 1.25× Marian's (benchmarks/results/train-cpu2-2026-11-30-4.*); on AVX2 each was 13–22% slower than torch's matmul
+# and timing chose torch's for every shape (train-cpu2-avx2-2026-11-30.*). A table, not a timing: a run and its resume
+# in a new process then round alike on one machine. Unlisted classes (ARM, no AVX2) keep torch's own kernel.
+TRAINING_KERNEL_BY_ISA = {"AVX512": "onednn", "AVX2": "aten"}
+
+
+def training_isa(capability: str, onednn_limit: str | None) -> str:
+    """The class TRAINING_KERNEL_BY_ISA is keyed by: oneDNN's cap ("AVX2", "AVX512_CORE_VNNI" ...) if set, read as
+    "AVX2" or "AVX512" (AVX10 and AMX caps allow AVX-512), else ATen's capability ("AVX2", "AVX512", "DEFAULT" ...)."""
+    if not onednn_limit:
+        return capability
+    limit = onednn_limit.upper()
+    if limit.startswith(("AVX512", "AVX10", "AMX", "ALL")):
+        return "AVX512" if capability == "AVX512" else capability  # a cap cannot raise the CPU's own class
+    return "AVX2" if limit.startswith("AVX2") else limit
+
+
+@functools.cache
+def training_kernel() -> str:
+    """What "auto" runs in training on this CPU without `calibrate_training`: TRAINING_KERNEL_BY_ISA's entry for
+    `training_isa`, else "aten". Read once per process (`training_kernel.cache_clear()` reads the caps again)."""
+    limit = os.environ.get("ONEDNN_MAX_CPU_ISA") or os.environ.get("DNNL_MAX_CPU_ISA")
+    isa = training_isa(torch.backends.cpu.get_cpu_capability(), limit)
+    return TRAINING_KERNEL_BY_ISA.get(isa, "aten") if torch.backends.mkldnn.is_available() else "aten"
+
+
 # "auto"'s choices, filled at first use of each shape: (ISA, threads, "inference"/"training", d_in, d_out, bias,
 # rows bucket) → "onednn" or "aten". Per process, so per CPU and per --isa; `cpu_kernel_table()` reads it.
 _KERNEL_TABLE: dict[tuple, str] = {}
@@ -68,8 +96,9 @@ class VaswaniLinear(nn.Linear):
     Only fp32 CPU calls outside autocast and torch.compile change kernel; accelerators and other dtypes use F.linear.
     "auto" (default): for each shape, the faster of "onednn" and "aten" on this CPU, measured at first use (a few
     calls of each on random inputs of that shape) and kept for the process; in training (forward and both backward
-    products) only when `calibrate_training` is set, else oneDNN. Which kernel wins depends on the CPU's instruction
-    set (benchmarks/results/ has the measurements). "onednn": the same
+    products) only when `calibrate_training` is set, else the kernel TRAINING_KERNEL_BY_ISA names for this CPU's
+    instruction set (`training_kernel()`). Which kernel wins depends on the CPU's instruction set
+    (benchmarks/results/ has the measurements). "onednn": the same
     fp32 product through oneDNN, on a weight copy packed in oneDNN's blocked layout (inference) or through
     `_OneDNNLinear` (training). "int8": dynamic int8 quantization (weights per output channel, activations per call,
     fbgemm), an approximation and opt-in, inference only. "aten": F.linear. The inference weight copy is rebuilt when
@@ -81,9 +110,9 @@ class VaswaniLinear(nn.Linear):
     cpu_kernel = "auto" if torch.backends.mkldnn.is_available() else "aten"
     onednn_min_macs = 2**22  # below ~4M multiply-adds a call, F.linear (a oneDNN call has a fixed cost)
     onednn_training = True  # oneDNN allowed in training; off for lm_head, whose (tokens × vocab) products MKL wins
-    # Training under "auto" keeps oneDNN unless this is True: a timed choice can differ between two runs of one
-    # command, and with it the rounding, so a training run (and its resume in a new process) would not be
-    # reproducible. Inference timing only moves last bits of one call.
+    # Training under "auto" runs `training_kernel()` (a table keyed by the instruction set) unless this is True: a
+    # timed choice can differ between two runs of one command, and with it the rounding, so a training run (and its
+    # resume in a new process) would not be reproducible. Inference timing only moves last bits of one call.
     calibrate_training = False
 
     def _fp32_cpu(self, x: torch.Tensor) -> bool:
@@ -105,7 +134,9 @@ class VaswaniLinear(nn.Linear):
             if self.__dict__.get("_packed") is not None:
                 self._packed = None  # training again: free the inference copy
             if self.onednn_training and kernel in ("auto", "onednn") and not small and self._fp32_cpu(x):
-                if kernel == "onednn" or not self.calibrate_training or self._calibrated("training", rows) == "onednn":
+                timed = self.calibrate_training and kernel == "auto"
+                choice = kernel if kernel == "onednn" else self._calibrated("training", rows) if timed else None
+                if (choice or training_kernel()) == "onednn":
                     out = _OneDNNLinear.apply(x.reshape(-1, x.shape[-1]), self.weight, self.bias)
                     return out.view(*x.shape[:-1], self.out_features)
             return F.linear(x, self.weight, self.bias)

@@ -7,6 +7,8 @@ the two, values and gradients).
 This file travels to the Hub as remote code with `modeling_vaswani.py`, which imports it relatively.
 """
 
+import math
+
 import torch
 import torch.nn.functional as F
 
@@ -73,7 +75,7 @@ class _FusedLoss(torch.autograd.Function):
         V = weight.shape[0]
         w = weight.detach().to(dtype)  # (V, d)
         grad_hidden = torch.empty_like(hidden)
-        grad_weight = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
+        grad_weight = None  # (V, d) fp32: the first chunk's product, later chunks added (no zero-filled start)
         loss_sum = hidden.new_zeros((), dtype=torch.float32)
         nll_sum = hidden.new_zeros((), dtype=torch.float32)
         with torch.autocast(device_type, enabled=False):
@@ -88,15 +90,21 @@ class _FusedLoss(torch.autograd.Function):
                 smooth = (lse - logits.mean(-1)).masked_fill(~keep, 0.0)  # mean over the vocabulary of -log p
                 nll_sum += nll.sum()
                 loss_sum += ((1.0 - epsilon) * nll + epsilon * smooth).sum()
-                # d/d logits of (1-ε)·NLL + ε·mean(-log p): softmax - (1-ε)·onehot(y) - ε/V; 0 for ignored rows
-                grad = logits.sub_(lse.unsqueeze(-1)).exp_().sub_(epsilon / V)
-                grad.scatter_add_(-1, target, torch.full_like(target, -(1.0 - epsilon), dtype=grad.dtype))
-                grad = grad.masked_fill_(~keep.unsqueeze(-1), 0.0).to(dtype)  # (n, V)
+                # d/d logits of (1-ε)·NLL + ε·mean(-log p): softmax - (1-ε)·onehot(y) - ε/V; 0 for ignored rows,
+                # without a pass over (n, V) to mask them: their log-normalizer is taken as +inf (softmax 0) and
+                # their two constant terms as 0 (kept rows subtract the same fp32 constants as plain scalars would)
+                kept = keep.unsqueeze(-1).to(torch.float32)  # (n, 1)
+                grad = logits.sub_(lse.masked_fill(~keep, math.inf).unsqueeze(-1)).exp_().sub_(kept * (epsilon / V))
+                grad = grad.scatter_add_(-1, target, kept * -(1.0 - epsilon)).to(dtype)  # (n, V)
                 grad_hidden[start : start + h.shape[0]] = grad @ w  # (n, d)
-                if dtype == torch.float32:
-                    grad_weight.addmm_(grad.t(), h)  # (V, d)
+                if grad_weight is None:
+                    grad_weight = (grad.t() @ h).float()  # (V, d)
+                elif dtype == torch.float32:
+                    grad_weight.addmm_(grad.t(), h)
                 else:
                     grad_weight += (grad.t() @ h).float()
+        if grad_weight is None:  # no rows
+            grad_weight = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
         ctx.save_for_backward(grad_hidden, grad_weight.to(weight.dtype))
         ctx.mark_non_differentiable(nll_sum)
         return loss_sum, nll_sum
@@ -104,9 +112,16 @@ class _FusedLoss(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_loss, grad_nll):
         grad_hidden, grad_weight = ctx.saved_tensors
+        # d loss / d weight scaled in place (a (vocab × d) pass and buffer fewer) unless the graph is kept for
+        # another backward, which must find the saved gradient unscaled (or compiled: the graph decides its buffers)
+        keep_graph = (
+            torch.compiler.is_compiling()
+            or getattr(torch._C._autograd, "_get_current_graph_task_keep_graph", lambda: True)()
+        )
+        scale = grad_loss.to(grad_weight.dtype)
         return (
             grad_hidden * grad_loss.to(grad_hidden.dtype),
-            grad_weight * grad_loss.to(grad_weight.dtype),
+            grad_weight * scale if keep_graph else grad_weight.mul_(scale),
             None,
             None,
             None,

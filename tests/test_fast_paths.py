@@ -372,6 +372,28 @@ def test_fused_loss_under_bf16_autocast(small_chunks):
     assert distance(fused_grads) <= 1.5 * distance(plain_grads) + 1e-3
 
 
+@pytest.mark.parametrize("fused", [False, True])
+def test_loss_backward_twice_on_a_kept_graph(small_chunks, fused):
+    """The fused loss scales its saved weight gradient in place only when the graph is not kept: a second backward on
+    a kept graph (retain_graph) gets the same gradients as the first, as on the plain path, and both are the plain
+    path's."""
+    model = make_model(p_drop=0.0).train()
+    model.config.fused_loss = fused
+    ids, mask = padded_batch(seed=6)
+    labels = torch.randint(3, 50, (3, 8), generator=torch.Generator().manual_seed(7))
+    labels[1, 5:] = -100
+    loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+    runs = []
+    for retain in (True, False):
+        model.zero_grad()
+        (loss * 3.0).backward(retain_graph=retain)
+        runs.append({name: p.grad.clone() for name, p in model.named_parameters()})
+    _, plain = loss_and_grads(model, False)
+    for name, grad in runs[0].items():
+        torch.testing.assert_close(runs[1][name], grad, atol=0, rtol=0, msg=name)
+        torch.testing.assert_close(grad, 3.0 * plain[name], atol=3e-6, rtol=0, msg=name)
+
+
 def test_fused_loss_never_holds_whole_logits(small_chunks):
     """Nothing autograd saves is as large as the (tokens × vocab) logits; eval mode still returns the logits."""
     model = make_model(p_drop=0.0).train()
@@ -436,6 +458,22 @@ def test_eos_ban_marks_scores_but_not_raw_logits(beams):
     assert torch.isfinite(out.scores[3][:, EOS]).all()
 
 
+def assert_same_training(fast, fast_grads, plain, plain_grads, atol: float) -> None:
+    torch.testing.assert_close(fast.loss, plain.loss, atol=atol, rtol=0)
+    for name, grad in plain_grads.items():
+        torch.testing.assert_close(fast_grads[name], grad, atol=atol, rtol=0, msg=name)
+
+
+def counted_model_and_plain_training(monkeypatch):
+    """The oneDNN training calls' counter, a model whose every product may run oneDNN, and its F.linear loss/grads."""
+    calls = count_onednn_training_calls(monkeypatch)
+    model = make_model().train()
+    for module in all_linears(model):
+        module.onednn_min_macs = 0
+    model.set_cpu_kernel("aten")
+    return calls, model, loss_and_grads(model, False)
+
+
 def count_onednn_training_calls(monkeypatch) -> list[int]:
     import modeling_vaswani.kernels_vaswani as kernels
 
@@ -464,9 +502,7 @@ def test_onednn_training_matches_f_linear(monkeypatch, fused):
         results[kernel] = loss_and_grads(model, fused)
     assert calls[0] == 2 * (4 + 2) + 2 * (4 + 4 + 2)  # every projection but lm_head, once, with the oneDNN kernel
     (plain, plain_grads), (fast, fast_grads) = results["aten"], results["onednn"]
-    torch.testing.assert_close(fast.loss, plain.loss, atol=1e-5, rtol=0)
-    for name, grad in plain_grads.items():
-        torch.testing.assert_close(fast_grads[name], grad, atol=1e-5, rtol=0, msg=name)
+    assert_same_training(fast, fast_grads, plain, plain_grads, atol=1e-5)
 
 
 @needs_onednn
@@ -633,8 +669,8 @@ def test_auto_kernel_times_short_calls_more_often(fresh_kernel_table, monkeypatc
 
 @needs_onednn
 def test_training_under_auto_is_reproducible_by_default(fresh_kernel_table):
-    """By default "auto" times nothing in training: the same kernel (oneDNN) runs in every process, so a run and its
-    resume round alike."""
+    """By default "auto" times nothing in training: the same kernel (the instruction set's entry in
+    TRAINING_KERNEL_BY_ISA) runs in every process, so a run and its resume round alike."""
     model = make_model().train()
     for module in all_linears(model):
         module.onednn_min_macs = 0
@@ -643,18 +679,56 @@ def test_training_under_auto_is_reproducible_by_default(fresh_kernel_table):
     assert not any(k[2] == "training" for k in fresh_kernel_table)
 
 
+def test_training_kernel_is_keyed_by_the_instruction_set(monkeypatch):
+    """Training's kernel without timing comes from TRAINING_KERNEL_BY_ISA, keyed by the class oneDNN runs: its cap
+    (benchmarks' --isa) where one is set, else ATen's capability; unlisted classes get F.linear."""
+    import modeling_vaswani.kernels_vaswani as kernels
+
+    assert kernels.training_isa("AVX512", None) == "AVX512"
+    assert kernels.training_isa("AVX512", "avx2") == "AVX2"  # an AVX-512 machine measured as an AVX2 one
+    assert kernels.training_isa("AVX512", "AVX512_CORE_VNNI") == "AVX512"
+    assert kernels.training_isa("AVX512", "AVX10_1_512_AMX") == "AVX512"
+    assert kernels.training_isa("AVX2", "AVX512_CORE") == "AVX2"  # a cap does not raise the CPU's class
+    assert kernels.training_isa("DEFAULT", None) == "DEFAULT"
+    assert kernels.TRAINING_KERNEL_BY_ISA == {"AVX512": "onednn", "AVX2": "aten"}
+    try:
+        for limit, expected in (("AVX2", "aten"), ("SSE41", "aten")):
+            monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", limit)
+            kernels.training_kernel.cache_clear()
+            assert kernels.training_kernel() == expected
+        monkeypatch.delenv("ONEDNN_MAX_CPU_ISA")
+        monkeypatch.delenv("DNNL_MAX_CPU_ISA", raising=False)
+        kernels.training_kernel.cache_clear()
+        native = kernels.TRAINING_KERNEL_BY_ISA.get(torch.backends.cpu.get_cpu_capability(), "aten")
+        assert kernels.training_kernel() == (native if torch.backends.mkldnn.is_available() else "aten")
+    finally:
+        monkeypatch.undo()
+        kernels.training_kernel.cache_clear()
+
+
+@needs_onednn
+@pytest.mark.parametrize("table", ["onednn", "aten"])
+def test_training_under_auto_runs_the_tables_kernel(monkeypatch, fresh_kernel_table, table):
+    """Without `calibrate_training`, every training product under "auto" runs `training_kernel()`'s choice (lm_head:
+    F.linear always), times nothing, and gives F.linear's loss and gradients within 1e-5."""
+    import modeling_vaswani.kernels_vaswani as kernels
+
+    calls, model, (plain, plain_grads) = counted_model_and_plain_training(monkeypatch)
+    monkeypatch.setattr(kernels, "training_kernel", lambda: table)
+    model.set_cpu_kernel("auto")
+    fast, fast_grads = loss_and_grads(model, False)
+    assert calls[0] == (2 * (4 + 2) + 2 * (4 + 4 + 2) if table == "onednn" else 0)
+    assert not fresh_kernel_table
+    assert_same_training(fast, fast_grads, plain, plain_grads, atol=1e-5)
+
+
 @needs_onednn
 @pytest.mark.parametrize("forced", ["onednn", "aten"])
 def test_auto_kernel_in_training_matches_f_linear(monkeypatch, fresh_kernel_table, forced):
     """Training under "auto" runs the table's choice per shape (forward, dL/dx, dL/dW); loss and every gradient within
     1e-5 of F.linear's whichever kernel the table names."""
     monkeypatch.setattr(VaswaniLinear, "calibrate_training", True)
-    calls = count_onednn_training_calls(monkeypatch)
-    model = make_model().train()
-    for module in all_linears(model):
-        module.onednn_min_macs = 0
-    model.set_cpu_kernel("aten")
-    plain, plain_grads = loss_and_grads(model, False)
+    calls, model, (plain, plain_grads) = counted_model_and_plain_training(monkeypatch)
     model.set_cpu_kernel("auto")
     loss_and_grads(model, False)  # calibrates every training shape
     assert {k[2] for k in fresh_kernel_table} == {"training"}
@@ -663,6 +737,4 @@ def test_auto_kernel_in_training_matches_f_linear(monkeypatch, fresh_kernel_tabl
     calls[0] = 0
     fast, fast_grads = loss_and_grads(model, False)
     assert calls[0] == (2 * (4 + 2) + 2 * (4 + 4 + 2) if forced == "onednn" else 0)  # lm_head: F.linear always
-    torch.testing.assert_close(fast.loss, plain.loss, atol=1e-5, rtol=0)
-    for name, grad in plain_grads.items():
-        torch.testing.assert_close(fast_grads[name], grad, atol=1e-5, rtol=0, msg=name)
+    assert_same_training(fast, fast_grads, plain, plain_grads, atol=1e-5)
