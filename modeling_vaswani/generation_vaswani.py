@@ -387,12 +387,26 @@ class _Batch:
         open_ = torch.ones(B, 1, dtype=torch.bool, device=device)  # improvement still possible
         out_fin, out_scores, out_bidx = fin.clone(), fin_scores.clone(), fin_bidx.clone()  # departed sentences
 
+        # the first step decodes one row per sentence (its beams are copies of one prompt, as CTranslate2 does): the
+        # cache then holds one row per sentence, and the first reorder (`rows // nb`) fans it out to the beams
+        one_row = (
+            self.drop
+            and self.use_cache
+            and self.past == 0
+            and self.decoder_mask is None
+            and nb > 1
+            and bool((running[:, :, :prompt] == running[:, :1, :prompt]).all())
+        )
         cur, step = prompt, 0
         while cur < max_length:
             n = running.shape[0]
             flat = running[:, :, :cur].reshape(n * nb, cur)
-            outputs = self.forward(flat, step)
-            logits = last_position_logits(outputs)  # (n·nb, V)
+            if step == 0 and one_row:
+                logits = last_position_logits(self.forward(running[:, 0, :cur], step)).repeat_interleave(nb, dim=0)
+                outputs = None
+            else:
+                outputs = self.forward(flat, step)
+                logits = last_position_logits(outputs)  # (n·nb, V)
             log_probs = self.processors(flat, F.log_softmax(logits, dim=-1))
             V = log_probs.shape[-1]
             if want_scores or want_logits:  # one row per beam of the original batch
@@ -459,6 +473,8 @@ class _Batch:
             open_ = open_ & (best > worst).any(dim=-1, keepdim=True)
 
             rows_local = torch.arange(n, device=device)[:, None] * nb + next_parent  # (n, nb)
+            if step == 1 and one_row:  # the cache has one row per sentence after the first step
+                rows_local = rows_local // nb
             if self.drop:
                 done = ~open_[:, 0] | hits.all(-1)
                 if early is True:
