@@ -503,7 +503,8 @@ def test_forked_tokenizing_workers_start_with_the_parents_objects_frozen(tmp_pat
         if procs == 1:
             assert counts == {os.getpid(): 0}
         else:
-            assert len(counts) == 2 and os.getpid() not in counts and min(counts.values()) > 0
+            # the pool's two jobs ran in worker processes (one worker may have taken both), each saw the freeze
+            assert 1 <= len(counts) <= 2 and os.getpid() not in counts and min(counts.values()) > 0
     gc.freeze()
     try:
         frozen = gc.get_freeze_count()
