@@ -78,6 +78,46 @@ def test_batches_are_filled_greedily_up_to_the_budget():
     assert [len(b) for b in sampler] == [10]
 
 
+def _greedy_bounds(src: list[int], tgt: list[int], max_tokens: int) -> list[int]:
+    """The greedy cut pair by pair: a pair opens a new batch when adding it would exceed the budget."""
+    starts, n, max_src, max_tgt = [0], 0, 0, 0
+    for i, (s, t) in enumerate(zip(src, tgt, strict=True)):
+        if (n + 1) * max(max_src, s) > max_tokens or (n + 1) * max(max_tgt, t) > max_tokens:
+            starts.append(i)
+            n, max_src, max_tgt = 1, s, t
+        else:
+            n, max_src, max_tgt = n + 1, max(max_src, s), max(max_tgt, t)
+    return [*starts, len(src)]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_batch_cut_is_the_pair_by_pair_greedy_cut(seed):
+    """The numpy cut (batch by batch) gives the bounds of the pair-by-pair greedy cut on sorted sources, with
+    targets in any order, budgets from one longest pair to many pairs, and the lengths 1 and max_tokens."""
+    rng = np.random.default_rng(seed)
+    for max_tokens in (7, 40, 300, 3000):
+        n = int(rng.integers(1, 3000))
+        src = np.sort(rng.integers(1, max_tokens + 1, n) // int(rng.integers(1, 8))).clip(1)
+        tgt = rng.integers(1, max_tokens + 1, n) // int(rng.integers(1, 8))
+        tgt = tgt.clip(1)
+        src[-1], tgt[0] = max_tokens, max_tokens if seed % 2 else tgt[0]
+        bounds = TokenBudgetBatchSampler._cut(src.astype(np.int64), tgt.astype(np.int64), max_tokens)
+        assert bounds.tolist() == _greedy_bounds(src.tolist(), tgt.tolist(), max_tokens)
+
+
+def test_the_packed_sort_is_lexsorts_order():
+    """The sampler's order (one argsort of a packed key) is lexsort's by (source, target, tie-break), and lexsort
+    itself is used where the packed key would not fit in 64 bits."""
+    from training.trainer import batching
+
+    rng = np.random.default_rng(0)
+    for n, longest in ((5000, 3), (5000, 300), (3, 2**30)):  # 2**30 · 2**30 · 3 overflows: lexsort's own path
+        src, tgt = rng.integers(0, longest, n, dtype=np.int64), rng.integers(0, longest, n, dtype=np.int64)
+        tie_break = rng.permutation(n)
+        expected = np.lexsort((tie_break, tgt, src))
+        assert np.array_equal(batching._sorted_order(src, tgt, tie_break), expected)
+
+
 def test_pad_to_multiple_of_rounds_lengths_up_before_counting():
     assert len(TokenBudgetBatchSampler([5, 5], [5, 5], max_tokens=15)) == 1  # 2 · 5 = 10
     assert len(TokenBudgetBatchSampler([5, 5], [5, 5], max_tokens=15, pad_to_multiple_of=8)) == 2  # 2 · 8 = 16

@@ -69,6 +69,16 @@ def _padded(lengths: np.ndarray, multiple: int) -> np.ndarray:
     return -(-lengths // multiple) * multiple
 
 
+def _sorted_order(src: np.ndarray, tgt: np.ndarray, tie_break: np.ndarray) -> np.ndarray:
+    """`np.lexsort((tie_break, tgt, src))` for non-negative lengths and a permutation `tie_break`: one argsort of
+    the key (src, tgt, tie_break) packed into an int64 where it fits (every key differs, so the order is the same,
+    and one sort of one key is quicker than lexsort's three), lexsort itself where it does not."""
+    n, src_max, tgt_max = len(src), int(src.max()), int(tgt.max())
+    if (src_max + 1) * (tgt_max + 1) * max(n, 1) >= 2**63:
+        return np.lexsort((tie_break, tgt, src))
+    return np.argsort((src * (tgt_max + 1) + tgt) * n + tie_break)
+
+
 class TokenBudgetBatchSampler(Sampler[list[int]]):
     """Batches of sentence pairs of similar length, each within a token budget per side, padding counted (§5.1).
 
@@ -126,25 +136,29 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
             )
 
         tie_break = np.random.default_rng([_TIE_BREAK_STREAM, self.seed]).permutation(len(src))
-        self._order = np.lexsort((tie_break, tgt, src))  # by source length, then target length, then at random
+        self._order = _sorted_order(src, tgt, tie_break)  # by source length, then target length, then at random
         sorted_src, sorted_tgt = src[self._order], tgt[self._order]
-        self._bounds = self._cut(sorted_src.tolist(), sorted_tgt.tolist(), self.max_tokens)
+        self._bounds = self._cut(sorted_src, sorted_tgt, self.max_tokens)
         starts, sizes = self._bounds[:-1], np.diff(self._bounds)
         # per batch (in built order): source + target tokens after padding, n · max(src) + n · max(tgt)
         self.padded_tokens = sizes * (np.maximum.reduceat(sorted_src, starts) + np.maximum.reduceat(sorted_tgt, starts))
 
     @staticmethod
-    def _cut(src: list[int], tgt: list[int], max_tokens: int) -> np.ndarray:
-        """Greedy cut of the sorted pairs: a pair opens a new batch when adding it would exceed the budget."""
-        starts, n, max_src, max_tgt = [0], 0, 0, 0
-        for i, (s, t) in enumerate(zip(src, tgt, strict=True)):
-            new_src, new_tgt = max(max_src, s), max(max_tgt, t)
-            if (n + 1) * new_src > max_tokens or (n + 1) * new_tgt > max_tokens:
-                starts.append(i)
-                n, max_src, max_tgt = 1, s, t
-            else:
-                n, max_src, max_tgt = n + 1, new_src, new_tgt
-        return np.array([*starts, len(src)], dtype=np.int64)
+    def _cut(src: np.ndarray, tgt: np.ndarray, max_tokens: int) -> np.ndarray:
+        """Greedy cut of the pairs sorted by source length: a pair opens a new batch when adding it would exceed the
+        budget. Batch by batch with numpy, not pair by pair in Python (with the packed sort, the sampler of 4.5M
+        pairs takes 2.1-2.4 s instead of 7.9-8.2 s on this project's 2-core machine): from pair i on, every source
+        has at least src[i] tokens, so the batch holds at most max_tokens // src[i] pairs; over those, a prefix of k pairs fits while k times its longest source and its longest target stay within the
+        budget, which holds for a first run of k and then never again (both grow with k)."""
+        n, starts, i = len(src), [0], 0
+        while i < n:
+            most = min(max_tokens // int(src[i]), n - i)  # ≥ 1: no pair is longer than max_tokens
+            k = np.arange(1, most + 1)
+            fits = k * np.maximum.accumulate(src[i : i + most]) <= max_tokens
+            fits &= k * np.maximum.accumulate(tgt[i : i + most]) <= max_tokens
+            i += most if fits[-1] else int(fits.argmin())
+            starts.append(i)
+        return np.array(starts, dtype=np.int64)
 
     def set_epoch(self, epoch: int) -> None:
         """Select the batch order of `epoch` (Trainer and accelerate call this before each epoch)."""
