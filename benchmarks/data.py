@@ -32,6 +32,11 @@ lengths and the vocabulary are real ones. Each size N is measured in four steps,
    background worker while training runs, so their cost is inside the steady window. `stream_over_map` compares
    the steady rates; `stream_over_map_whole` the whole-run rates.
 
+`--corpus_dir DIR` keeps each size's corpus in `DIR/<N>/` and reuses it in later runs (the caches stay per run, so
+"cold" stays cold), and `--cold_only` measures only step 1: together, repeated cold preparations of a large N, e.g.
+an A/B of a switch the preparation reads from the environment (`VASWANI_RELEASE_PAGES=0`: the tokenization's page
+release off, recorded in each row as `release_pages`).
+
 Isolation: with `--lock FILE`, each measured step (one process) holds `flock FILE` from its start to its end, and
 every row records `other_cpu_s`: the CPU seconds the machine spent on anything else meanwhile (/proc/stat's busy
 time less this process tree's), so a timing taken beside another job shows it.
@@ -40,6 +45,7 @@ time less this process tree's), so a timing taken beside another job shows it.
     python -m benchmarks.data --sizes 100000,1000000 --lock /tmp/cpu.lock   # each measured step holds the lock
     python -m benchmarks.data --plot benchmarks/results/data-cpu2-2026-11-30.jsonl   # PNG; 4.5M projected if unmeasured
     python -m benchmarks.data --plot A.jsonl B.jsonl     # the sizes of both files in one PNG (next to B.jsonl)
+    VASWANI_RELEASE_PAGES=0 python -m benchmarks.data --sizes 4500000 --cold_only --corpus_dir /data/bench  # A/B
 
 Rows go to `benchmarks/results/data-<hardware>-<date>.{jsonl,md}` like the other benchmarks.
 """
@@ -74,6 +80,7 @@ MULTI30K = next(
 COLUMNS = [
     "pairs",
     "step",
+    "release_pages",
     "prepare_s",
     "load_s",
     "bpe_s",
@@ -129,6 +136,20 @@ def seed_pairs() -> tuple[list[str], list[str], str]:
 
     rows = default_corpus(0, 5000, 0, 0)["train"]["translation"]
     return [r["en"] for r in rows], [r["de"] for r in rows], "generated default corpus (5,000 pairs)"
+
+
+def reuse_or_write_corpus(folder: Path, pairs: int, seed: int = 0) -> tuple[str, bool]:
+    """`write_corpus` into `folder` unless a finished one of the same size and seed is there (`corpus.json`, written
+    last); returns the seed text's description and whether the corpus was reused."""
+    stamp = folder / "corpus.json"
+    if stamp.is_file():
+        kept = json.loads(stamp.read_text())
+        if kept.get("pairs") == pairs and kept.get("seed") == seed:
+            return kept["seed_text"], True
+    stamp.unlink(missing_ok=True)
+    source = write_corpus(folder, pairs, seed)
+    stamp.write_text(json.dumps({"pairs": pairs, "seed": seed, "seed_text": source}))
+    return source, False
 
 
 def write_corpus(folder: Path, pairs: int, seed: int = 0) -> str:
@@ -256,20 +277,22 @@ def held(lock: str | None):
 # --- the preparation, in its own process -------------------------------------------------------------------------
 
 
-def prepare(folder: Path, vocab_size: int, max_length: int, max_tokens: int) -> dict:
-    """What training.train does before training, timed per phase; run in a child process (`--_prepare`)."""
+def prepare(folder: Path, vocab_size: int, max_length: int, max_tokens: int, corpus: Path | None = None) -> dict:
+    """What training.train does before training, timed per phase, on `corpus/train.{en,de}` (default `folder`'s);
+    run in a child process (`--_prepare`)."""
     import datasets
 
     datasets.disable_progress_bars()
     from transformers import AutoTokenizer
 
+    from training.data.memory import release_pages_enabled
     from training.data.parallel import load_parallel, tokenize_pairs
     from training.data.tokenizer import BPE_MAX_PAIRS, shared_bpe
     from training.trainer.batching import TokenBudgetBatchSampler
 
     times = {}
     start = time.perf_counter()
-    raw = load_parallel(train_file=folder / "train", source_lang="en", target_lang="de")
+    raw = load_parallel(train_file=(corpus or folder) / "train", source_lang="en", target_lang="de")
     times["load_s"] = time.perf_counter() - start
     start = time.perf_counter()
     bpe, info = shared_bpe(raw["train"], "en", "de", vocab_size, max_pairs=BPE_MAX_PAIRS, show_progress=False)
@@ -293,6 +316,7 @@ def prepare(folder: Path, vocab_size: int, max_length: int, max_tokens: int) -> 
         "batches": len(sampler),
         "vocab": len(tokenizer),
         "bpe": info,
+        "release_pages": release_pages_enabled(),
         "maxrss_self_gib": self_usage.ru_maxrss / 2**20,
         "maxrss_child_gib": child_usage.ru_maxrss / 2**20,
     }
@@ -310,8 +334,8 @@ def child_env(folder: Path) -> dict:
     }
 
 
-def measure_preparation(folder: Path, args, step: str) -> dict:
-    cmd = [sys.executable, "-m", "benchmarks.data", "--_prepare", str(folder)]
+def measure_preparation(folder: Path, args, step: str, corpus: Path | None = None) -> dict:
+    cmd = [sys.executable, "-m", "benchmarks.data", "--_prepare", str(folder), "--_corpus", str(corpus or folder)]
     cmd += ["--vocab_size", str(args.vocab_size), "--max_length", str(args.max_length)]
     cmd += ["--max_tokens", str(args.max_tokens)]
     with held(args.lock):
@@ -320,9 +344,10 @@ def measure_preparation(folder: Path, args, step: str) -> dict:
     return {"step": step, **result, **memory}
 
 
-def measure_training(folder: Path, args, streaming: bool) -> dict:
+def measure_training(folder: Path, args, streaming: bool, corpus: Path | None = None) -> dict:
     out = folder / ("run-stream" if streaming else "run-map")
-    cmd = [sys.executable, "-m", "training.train", "--train_file", str(folder / "train"), "--output_dir", str(out)]
+    train = (corpus or folder) / "train"
+    cmd = [sys.executable, "-m", "training.train", "--train_file", str(train), "--output_dir", str(out)]
     cmd += ["--vocab_size", str(args.vocab_size), "--max_length", str(args.max_length)]
     cmd += ["--max_steps", str(args.train_steps), "--max_tokens_per_step", str(args.max_tokens)]
     cmd += ["--save_steps", "1000000", "--logging_steps", str(args.train_steps), "--device", "cpu"]
@@ -353,24 +378,26 @@ def measure_size(pairs: int, args, env: dict) -> list[dict]:
     root = Path(tempfile.mkdtemp(prefix=f"data-bench-{pairs}-", dir=args.work_dir))
     try:
         started = time.perf_counter()
-        source = write_corpus(root, pairs)
+        corpus = root if args.corpus_dir is None else Path(args.corpus_dir) / str(pairs)
+        source, reused = reuse_or_write_corpus(corpus, pairs)
         corpus_s = time.perf_counter() - started
         common = {"benchmark": "data", "pairs": pairs, "seed_text": source, "corpus_write_s": round(corpus_s, 2)}
+        common["corpus_reused"] = reused
         common |= {"vocab_size": args.vocab_size, "max_length": args.max_length, "isolation": args.isolation}
         rows = []
-        for step in ("cold", "cached"):
-            row = {**common, **measure_preparation(root, args, step)}
+        for step in ("cold",) if args.cold_only else ("cold", "cached"):
+            row = {**common, **measure_preparation(root, args, step, corpus)}
             row["pairs_per_s"] = pairs / row["prepare_s"]
             row["tokenize_pairs_per_s"] = pairs / max(row["tokenize_s"], 1e-9)
             rows.append(row)
             print(json.dumps({**row, "env": env}), flush=True)
-        if args.train_steps:
-            mapped = measure_training(root, args, streaming=False)
+        if args.train_steps and not args.cold_only:
+            mapped = measure_training(root, args, streaming=False, corpus=corpus)
             rows[-1]["restart_first_step_s"] = mapped["first_step_s"]
             rows[-1]["map_tokens_per_s"] = mapped["tokens_per_s"]
             rows[-1]["restart_wall_s"] = mapped["wall_s"]
             rows[-1]["map_train_s"] = mapped["train_s"]
-            streamed = measure_training(root, args, streaming=True)
+            streamed = measure_training(root, args, streaming=True, corpus=corpus)
             rows[-1]["stream_tokens_per_s"] = streamed["tokens_per_s"]
             rows[-1]["stream_first_step_s"] = streamed["first_step_s"]
             rows[-1]["stream_train_s"] = streamed["train_s"]
@@ -495,6 +522,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lock", help="flock this file around each measured step (e.g. /tmp/cpu.lock)")
     p.add_argument("--isolation", default="", help="how the run was isolated, recorded with every row")
     p.add_argument("--work_dir", default=None, help="where the temporary corpus and caches go [system temp]")
+    p.add_argument(
+        "--corpus_dir",
+        default=None,
+        help="keep each size's corpus in DIR/<N> and reuse it in later runs (caches stay per run) [not kept]",
+    )
+    p.add_argument("--cold_only", action="store_true", help="measure only the cold preparation of each size")
     p.add_argument("--timeout", type=float, default=1800, help="seconds per measured step [1800]")
     p.add_argument("--out_dir", default=None, help="results folder [benchmarks/results]")
     p.add_argument("--smoke", action="store_true", help="seconds: 2,000 pairs, vocabulary 500, 2 training steps")
@@ -502,13 +535,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--plot", type=Path, nargs="+", help="only draw the PNG of existing results .jsonl files, next to the last"
     )
     p.add_argument("--_prepare", type=Path, help=argparse.SUPPRESS)
+    p.add_argument("--_corpus", type=Path, help=argparse.SUPPRESS)
     return p
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
     args = build_parser().parse_args(argv)
     if args._prepare is not None:
-        result = prepare(args._prepare, args.vocab_size, args.max_length, args.max_tokens)
+        result = prepare(args._prepare, args.vocab_size, args.max_length, args.max_tokens, args._corpus)
         print(json.dumps(result), flush=True)
         return [result]
     if args.plot is not None:

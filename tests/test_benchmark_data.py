@@ -34,6 +34,27 @@ def test_data_benchmark_smoke(tmp_path):
     assert png.read_bytes()[:8] == PNG_SIGNATURE
 
 
+def test_cold_only_runs_reuse_a_kept_corpus_and_record_the_page_release_switch(tmp_path, monkeypatch):
+    """--corpus_dir keeps the corpus and a second run reuses it (a different size writes its own); --cold_only
+    measures the cold preparation alone, with empty caches each run; each row says whether the tokenization
+    released the corpus pages (VASWANI_RELEASE_PAGES, read in the measured process)."""
+    corpora = tmp_path / "corpora"
+    common = ["--smoke", "--cold_only", "--corpus_dir", str(corpora), "--work_dir", str(tmp_path)]
+    monkeypatch.setenv("VASWANI_RELEASE_PAGES", "0")
+    [off] = data_bench.main([*common, "--out_dir", str(tmp_path / "off")])
+    written = (corpora / "2000" / "train.en").read_bytes()
+    monkeypatch.delenv("VASWANI_RELEASE_PAGES")
+    [on] = data_bench.main([*common, "--out_dir", str(tmp_path / "on")])
+    assert (off["step"], on["step"]) == ("cold", "cold") and "restart_first_step_s" not in on
+    assert (off["release_pages"], on["release_pages"]) == (False, True)
+    assert (off["corpus_reused"], on["corpus_reused"]) == (False, True)
+    assert off["bpe"]["cached"] is False and on["bpe"]["cached"] is False  # the caches are not kept
+    assert (corpora / "2000" / "train.en").read_bytes() == written and on["kept"] == off["kept"]
+    assert not list(tmp_path.glob("data-bench-*"))
+    data_bench.reuse_or_write_corpus(corpora / "2000", 1000)  # another size: written anew
+    assert len((corpora / "2000" / "train.en").read_text().splitlines()) == 1000
+
+
 def test_projection_keeps_the_sampled_bpe_flat_and_the_other_phases_on_their_line():
     """4.5M pairs from 100k and 1M: load, tokenization, table and memory continue their straight lines; the BPE,
     which learns from a sample of BPE_MAX_PAIRS (1M) pairs beyond that, keeps the 1M time."""

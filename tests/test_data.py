@@ -473,6 +473,40 @@ def test_tokenizing_releases_the_pages_of_the_corpus_it_has_read(tmp_path, tok):
     assert _mapped_bytes(path) <= unreleased < 0.25 * size
 
 
+@linux_only
+def test_the_page_release_switched_off_leaves_the_corpus_mapped_and_the_data_the_same(tmp_path, tok, monkeypatch):
+    """VASWANI_RELEASE_PAGES=0 switches the tokenization's page release off (for A/B runs): the pages the process
+    read stay mapped, and the tokenized data is the same as with the release on."""
+    pairs, batch = 40000, 100
+    corpus = _moses_corpus(tmp_path / "train", pairs)
+    columns = ["input_ids", "labels", "src_len", "tgt_len"]
+    results = {}
+    for setting in ("off", "1"):
+        monkeypatch.setenv("VASWANI_RELEASE_PAGES", setting)
+        ds = load_parallel(train_file=corpus, cache_dir=str(tmp_path / f"cache-{setting}"))
+        path = ds["train"].cache_files[0]["filename"]
+        ds["train"].with_format("arrow")[:].column("translation").to_pylist()  # every page mapped
+        size = Path(path).stat().st_size
+        data = tokenize_pairs(ds, tok, "en", "de", max_length=64, num_proc=1, batch_size=batch)
+        results[setting] = (_mapped_bytes(path) / size, data["train"].select_columns(columns).to_dict())
+    assert results["off"][0] >= 0.99 and results["1"][0] < 0.25
+    assert results["off"][1] == results["1"][1]
+
+
+@pytest.mark.parametrize(
+    ("value", "enabled"),
+    [(None, True), ("", True), ("1", True), ("on", True), ("0", False), (" Off ", False), ("NO", False)],
+)
+def test_the_page_release_switch_reads_the_environment(monkeypatch, value, enabled):
+    from training.data.memory import release_pages_enabled
+
+    if value is None:
+        monkeypatch.delenv("VASWANI_RELEASE_PAGES", raising=False)
+    else:
+        monkeypatch.setenv("VASWANI_RELEASE_PAGES", value)
+    assert release_pages_enabled() is enabled
+
+
 class _FreezeRecording(PreTrainedTokenizerFast):
     """Writes, in each process that calls it, how many objects were frozen out of the garbage collector there."""
 

@@ -8,6 +8,8 @@ this process, the pages of a table's buffers that lie in a read-only mapping of 
 them. The pages stay in the kernel's page cache, as after a plain read(), and a later read of the same rows maps
 them again (a minor fault, nothing read from disk). Buffers anywhere else (an in-memory table: anonymous memory,
 whose pages MADV_DONTNEED would zero) are left alone. Linux only; elsewhere nothing is released.
+`VASWANI_RELEASE_PAGES=0` (or `false`, `no`, `off`) in the environment switches the tokenization's use of it off
+(`release_pages_enabled`), for A/B measurements; any other value, or none, leaves it on.
 
 `frozen_for_fork()`: around a `Dataset.map(num_proc=...)`, whose worker processes are forked from this one, the
 objects this process holds are frozen out of the garbage collector (`gc.freeze`, the use Python's documentation
@@ -20,6 +22,7 @@ from __future__ import annotations
 import ctypes
 import gc
 import mmap
+import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -27,9 +30,16 @@ from pathlib import Path
 
 import pyarrow as pa
 
+RELEASE_PAGES_ENV = "VASWANI_RELEASE_PAGES"
 _MADV_DONTNEED = 4  # linux/mman-common.h
 _PAGE = mmap.PAGESIZE
 _libc = None
+
+
+def release_pages_enabled() -> bool:
+    """Whether the tokenization unmaps the corpus pages it has read: on unless the environment's
+    VASWANI_RELEASE_PAGES says 0, false, no or off (any case, surrounding blanks ignored)."""
+    return os.environ.get(RELEASE_PAGES_ENV, "").strip().lower() not in ("0", "false", "no", "off")
 
 
 def readonly_file_mappings() -> list[tuple[int, int]]:

@@ -45,7 +45,7 @@ from datasets.table import InMemoryTable, MemoryMappedTable
 from training.common.checks import language_problem, require_positive_integer
 from training.data.corpus import LANGUAGES as DEFAULT_LANGUAGES
 from training.data.corpus import default_corpus
-from training.data.memory import frozen_for_fork, release_mapped_pages
+from training.data.memory import frozen_for_fork, release_mapped_pages, release_pages_enabled
 
 logger = logging.getLogger(__name__)
 
@@ -601,9 +601,10 @@ def tokenize_pairs(
     The pages of the memory-mapped corpus that a process has tokenized are unmapped from it every
     RELEASE_PAGES_EVERY batches (`training.data.memory.release_mapped_pages`; they stay in the page cache): each
     worker would otherwise hold every page of its shard until it exits (at 4.5M pairs, most of a 634 MB file, in
-    the preparation's peak memory). The workers, forked from this process, start with its objects frozen out of
-    the garbage collector (`training.data.memory.frozen_for_fork`), so that they share its heap instead of each
-    copying most of it (at 100k pairs: 0.76 → 0.54 GiB of anonymous PSS during the tokenization).
+    the preparation's peak memory; `VASWANI_RELEASE_PAGES=0` in the environment switches this off, for A/B runs).
+    The workers, forked from this process, start with its objects frozen out of the garbage collector
+    (`training.data.memory.frozen_for_fork`), so that they share its heap instead of each copying most of it (at
+    100k pairs: 0.76 → 0.54 GiB of anonymous PSS during the tokenization).
 
     Caching: a split read from files (Moses files, JSON, TSV, or a Hub dataset) is memory-mapped Arrow; its tokenized
     form is written next to it under a fingerprint of (the split's fingerprint, `tokenizer_digest(tokenizer)`,
@@ -620,12 +621,14 @@ def tokenize_pairs(
     token_key = tokenizer_digest(tokenizer)
 
     passed: list[pa.Table] = []  # batches done (and written, with keep_text's texts) whose pages are still mapped
+    release = release_pages_enabled()  # read here: the forked workers take it with the function
 
     def encode(table: pa.Table) -> pa.Table:
-        if len(passed) >= RELEASE_PAGES_EVERY:
-            release_mapped_pages(*passed)
-            passed.clear()
-        passed.append(table)
+        if release:
+            if len(passed) >= RELEASE_PAGES_EVERY:
+                release_mapped_pages(*passed)
+                passed.clear()
+            passed.append(table)
         return _encode_table(table, tokenizer, source_lang, target_lang, max_length, keep_text)
 
     out, stats = {}, {}
