@@ -151,12 +151,14 @@ def _fbgemm_isa(flags: set[str]) -> str:
 
 
 @contextlib.contextmanager
-def _stdout_of_c_code(lines: list[str]):
-    """Collect what C code prints on file descriptor 1 (oneDNN's and MKL's verbose logs) into `lines`."""
+def _stdout_of_c_code(lines: list[str], fd: int = 1):
+    """Collect what C code prints on file descriptor `fd` (1: oneDNN's and MKL's verbose logs; 2: CTranslate2's
+    log) into `lines`."""
     sys.stdout.flush()
-    saved = os.dup(1)
+    sys.stderr.flush()
+    saved = os.dup(fd)
     with tempfile.TemporaryFile(mode="w+b") as sink:
-        os.dup2(sink.fileno(), 1)
+        os.dup2(sink.fileno(), fd)
         try:
             yield
         finally:
@@ -166,7 +168,7 @@ def _stdout_of_c_code(lines: list[str]):
                 ctypes.CDLL(None).fflush(None)
             except (OSError, AttributeError):
                 pass
-            os.dup2(saved, 1)
+            os.dup2(saved, fd)
             os.close(saved)
             sink.seek(0)
             lines.extend(sink.read().decode(errors="replace").splitlines())
@@ -193,6 +195,34 @@ def _onednn_dispatch() -> dict:
     return {"onednn_isa": isa, "onednn_inner_product": impl}
 
 
+def ctranslate2_dispatch(make: Callable[[], object]) -> tuple[object, dict]:
+    """`make()` (it loads a CTranslate2 model) with CTranslate2's log at "info", and what that log says CTranslate2
+    dispatches on this CPU: {"ct2_isa": "AVX2", "ct2_sgemm": "MKL (packed: true)", "ct2_gemm_s8": ...}. Its own
+    kernels follow `ct2_isa` (CT2_FORCE_CPU_ISA caps it); its products run MKL, capped by MKL_ENABLE_INSTRUCTIONS.
+    CTranslate2 prints these lines at its first model load in a process: later calls give {}."""
+    import logging
+
+    try:
+        import ctranslate2
+    except ImportError:  # `make` says so (benchmarks.twins.ctranslate2_translator returns None)
+        return make(), {}
+    lines: list[str] = []
+    level = ctranslate2.get_log_level()
+    ctranslate2.set_log_level(logging.INFO)
+    try:
+        with _stdout_of_c_code(lines, fd=2):
+            made = make()
+    finally:
+        ctranslate2.set_log_level(level)
+    names = {"Selected ISA": "ct2_isa", "SGEMM backend": "ct2_sgemm", "GEMM_S8 backend": "ct2_gemm_s8"}
+    record = {}
+    for line in lines:
+        for label, key in names.items():
+            if f"- {label}:" in line:
+                record.setdefault(key, line.split(f"- {label}:", 1)[1].strip())
+    return made, record
+
+
 def _mkl_isa() -> str | None:
     """MKL's code path as its verbose header names it: "... Intel(R) Advanced Vector Extensions 2 (Intel(R) AVX2)
     enabled processors" on Intel CPUs, "... Intel(R) Architecture processors" (its generic path) on others."""
@@ -205,10 +235,22 @@ def _mkl_isa() -> str | None:
 
 
 def hardware_tag(env: dict) -> str:
-    """A short file-name tag: the GPU name on GPU, else "cpu<threads>"."""
+    """A short file-name tag: the GPU name on GPU, else "cpu<threads>-<class>" ("cpu2-amx", "cpu2-amx-as-avx2")."""
     if env["device"] == "cuda":
         return re.sub(r"[^a-z0-9]+", "-", env["gpu"].lower()).strip("-")
-    return f"cpu{env['cpu_threads']}"
+    return f"cpu{env['cpu_threads']}-{cpu_class_tag(env)}"
+
+
+def cpu_class_tag(env: dict) -> str:
+    """The CPU class of a result for its file name, from the env record: "amx", "avx512", "avx2" (or "other")
+    natively; with `--isa` caps, "<native>-as-<cap>" ("amx-as-avx2"), so an emulated class never reads as native."""
+    flags = set(env.get("cpu_isa_flags") or [])
+    native = ("amx" if "amx_int8" in flags else "avx512" if "avx512f" in flags else "avx2" if "avx2" in flags
+              else "other")  # fmt: skip
+    caps = env.get("isa_caps") or {}
+    cap = next((name for name, values in ISA_CAPS.items()
+                if all(caps.get(k) == v for k, v in values.items() if k != "flag")), None)  # fmt: skip
+    return f"{native}-as-{cap}" if cap else native
 
 
 def _cpu_name() -> str:

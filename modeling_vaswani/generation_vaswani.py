@@ -337,7 +337,9 @@ class _Batch:
         unfinished = torch.ones(B, dtype=torch.bool, device=device)  # rows kept: stopped ones decode on pad
         while seqs.shape[0] > 0 and cur < self.max_length:
             logits = last_position_logits(self.forward(seqs, step))  # (n, V)
-            tokens = self.processors(seqs, logits).argmax(-1)  # (n,)
+            # max's indices are argmax's (the first of tied maxima, NaN as the maximum), and on CPU it runs
+            # ~3× faster over (32 × 37,000) scores: it is vectorized where argmax is not (tests/test_fast_paths.py)
+            tokens = self.processors(seqs, logits).max(-1).indices  # (n,)
             if not self.drop:
                 tokens = torch.where(unfinished, tokens, pad)  # as transformers' loop: pad after a row stops
             seqs = torch.cat([seqs, tokens[:, None]], dim=-1)

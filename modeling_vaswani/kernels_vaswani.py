@@ -21,6 +21,10 @@ from transformers.utils import is_torchdynamo_compiling
 
 CPU_KERNELS = ("auto", "onednn", "int8", "aten")
 FP32_CPU_KERNELS = ("onednn", "aten")  # what "auto" chooses between, per shape, by timing both on this CPU
+# What "int8" chooses between, per shape, by timing both on this CPU: torch's dynamic int8 linear (weights per output
+# channel, the activation per call) on fbgemm (activations in 7 bits, `reduce_range`, as fbgemm needs without VNNI) or
+# on oneDNN (8 bits; VNNI and AMX where the CPU has them: 2–3.5× fbgemm's speed on an AMX Xeon at 32–128 rows).
+INT8_ENGINES = ("fbgemm", "onednn")
 
 
 @functools.cache
@@ -38,9 +42,26 @@ def cpu_isa() -> str:
 # "auto"'s kernel in training, by the instruction set oneDNN runs (its cap where `ONEDNN_MAX_CPU_ISA` sets one, else
 # ATen's capability), from the training benchmark's measurements: on AVX-512, oneDNN's three products made the step
 # 1.25× Marian's (benchmarks/results/train-cpu2-2026-11-30-4.*); on AVX2 each was 13–22% slower than torch's matmul
-# and timing chose torch's for every shape (train-cpu2-avx2-2026-11-30.*). A table, not a timing: a run and its resume
-# in a new process then round alike on one machine. Unlisted classes (ARM, no AVX2) keep torch's own kernel.
-TRAINING_KERNEL_BY_ISA = {"AVX512": "onednn", "AVX2": "aten"}
+# and timing chose torch's for every shape (train-cpu2-avx2-2026-11-30.*). Both of those were AMD EPYCs, where MKL
+# (torch's matmul) runs its generic code; on an Intel AVX-512/AMX Xeon MKL runs its AVX-512 code, and the step with
+# oneDNN's products was 0.74× Marian's against 0.98× with torch's (train-ab-cpu2-amx-2026-12-01.*): keyed by
+# "<class> <vendor>" first, then "<class>". A table, not a timing: a run and its resume in a new process then round
+# alike on one machine. Unlisted classes (ARM, no AVX2) keep torch's own kernel.
+TRAINING_KERNEL_BY_ISA = {"AVX512": "onednn", "AVX512 GenuineIntel": "aten", "AVX2": "aten"}
+
+
+@functools.cache
+def cpu_vendor() -> str:
+    """The CPU's vendor as /proc/cpuinfo names it ("GenuineIntel", "AuthenticAMD"; "" where unknown): MKL, torch's
+    matmul on x86, runs its fastest code on Intel CPUs only."""
+    try:
+        with open("/proc/cpuinfo") as info:
+            for line in info:
+                if line.startswith("vendor_id"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return ""
 
 
 def training_isa(capability: str, onednn_limit: str | None) -> str:
@@ -55,16 +76,30 @@ def training_isa(capability: str, onednn_limit: str | None) -> str:
 
 
 @functools.cache
+def int8_engines_available() -> tuple[str, ...]:
+    """The INT8_ENGINES this torch build has ("fbgemm" also through its "x86" engine)."""
+    engines = set(torch.backends.quantized.supported_engines)
+    return tuple(e for e in INT8_ENGINES if e in engines or (e == "fbgemm" and "x86" in engines))
+
+
+def _fbgemm_engine() -> str:
+    return "fbgemm" if "fbgemm" in torch.backends.quantized.supported_engines else "x86"
+
+
+@functools.cache
 def training_kernel() -> str:
     """What "auto" runs in training on this CPU without `calibrate_training`: TRAINING_KERNEL_BY_ISA's entry for
-    `training_isa`, else "aten". Read once per process (`training_kernel.cache_clear()` reads the caps again)."""
+    "`training_isa` `cpu_vendor`", else for `training_isa`, else "aten". Read once per process
+    (`training_kernel.cache_clear()` reads the caps again)."""
     limit = os.environ.get("ONEDNN_MAX_CPU_ISA") or os.environ.get("DNNL_MAX_CPU_ISA")
     isa = training_isa(torch.backends.cpu.get_cpu_capability(), limit)
-    return TRAINING_KERNEL_BY_ISA.get(isa, "aten") if torch.backends.mkldnn.is_available() else "aten"
+    kernel = TRAINING_KERNEL_BY_ISA.get(f"{isa} {cpu_vendor()}", TRAINING_KERNEL_BY_ISA.get(isa, "aten"))
+    return kernel if torch.backends.mkldnn.is_available() else "aten"
 
 
-# "auto"'s choices, filled at first use of each shape: (ISA, threads, "inference"/"training", d_in, d_out, bias,
-# rows bucket) → "onednn" or "aten". Per process, so per CPU and per --isa; `cpu_kernel_table()` reads it.
+# "auto"'s and "int8"'s choices, filled at first use of each shape: (ISA, threads, "inference"/"training"/"int8",
+# d_in, d_out, bias, rows bucket) → "onednn" or "aten" (int8: "fbgemm" or "onednn"). Per process, so per CPU and per
+# --isa; `cpu_kernel_table()` reads it.
 _KERNEL_TABLE: dict[tuple, str] = {}
 CALIBRATION_REPEATS = 3  # timed calls per candidate (after one untimed), interleaved; the fastest call counts ...
 # ... and more for short calls, up to CALIBRATION_MAX_REPEATS within ~CALIBRATION_BUDGET_S per candidate: with 3,
@@ -100,8 +135,9 @@ class VaswaniLinear(nn.Linear):
     instruction set (`training_kernel()`). Which kernel wins depends on the CPU's instruction set
     (benchmarks/results/ has the measurements). "onednn": the same
     fp32 product through oneDNN, on a weight copy packed in oneDNN's blocked layout (inference) or through
-    `_OneDNNLinear` (training). "int8": dynamic int8 quantization (weights per output channel, activations per call,
-    fbgemm), an approximation and opt-in, inference only. "aten": F.linear. The inference weight copy is rebuilt when
+    `_OneDNNLinear` (training). "int8": dynamic int8 quantization (weights per output channel, activations per call),
+    an approximation and opt-in, inference only, on the faster of fbgemm and oneDNN for each shape (`int8_engines`,
+    timed like "auto"; both within the int8 tolerance of tests/test_fast_paths.py). "aten": F.linear. The inference weight copy is rebuilt when
     the weight's version changes and dropped by `train()`/`eval()` and by any call with autograd on. Weights changed
     in place by a fused optimizer (no version bump) outside training mode need `train()`, `eval()` or
     `set_cpu_kernel()` before the next inference.
@@ -114,6 +150,7 @@ class VaswaniLinear(nn.Linear):
     # timed choice can differ between two runs of one command, and with it the rounding, so a training run (and its
     # resume in a new process) would not be reproducible. Inference timing only moves last bits of one call.
     calibrate_training = False
+    int8_engines = INT8_ENGINES  # what "int8" times per shape (one name: that engine, nothing timed)
 
     def _fp32_cpu(self, x: torch.Tensor) -> bool:
         return (
@@ -157,9 +194,14 @@ class VaswaniLinear(nn.Linear):
         return kernel
 
     def _fast_linear(self, x2: torch.Tensor, kernel: str) -> torch.Tensor:
-        packed = self._packed_weight(kernel)
+        """x2 Wᵀ + b on a packed weight: kernel "onednn" (fp32), "int8" (the engine `int8_engines` gives for this
+        shape), or one int8 engine by name ("int8-fbgemm", "int8-onednn")."""
         if kernel == "int8":
-            return torch.ops.quantized.linear_dynamic(x2, packed, True)
+            engines = [e for e in self.int8_engines if e in int8_engines_available()] or ["fbgemm"]
+            kernel = "int8-" + (engines[0] if len(engines) == 1 else self._calibrated("int8", x2.shape[0]))
+        packed = self._packed_weight(kernel)
+        if kernel.startswith("int8"):
+            return torch.ops.quantized.linear_dynamic(x2, packed, kernel == "int8-fbgemm")  # fbgemm: 7-bit inputs
         return torch.ops.mkldnn._linear_pointwise(x2, packed, self.bias, "none", [], "")  # dense in, dense out
 
     def _calibrated(self, mode: str, rows: int) -> str:
@@ -169,17 +211,25 @@ class VaswaniLinear(nn.Linear):
         choice = _KERNEL_TABLE.get(key)
         if choice is None:
             choice = _KERNEL_TABLE[key] = self._calibrate(mode, bucket)
+            if mode == "int8" and self.__dict__.get("_packed") is not None:  # free the copies timing built ...
+                copies = self._packed[1]  # ... but the chosen one
+                for name in [k for k in copies if k.startswith("int8-") and k != f"int8-{choice}"]:
+                    del copies[name]
         return choice
 
     def _calibrate(self, mode: str, rows: int) -> str:
-        """The faster of "onednn" and "aten" for `rows` × d_in inputs: one untimed call of each, then
-        CALIBRATION_REPEATS timed calls of each (more for short calls: as many as fit CALIBRATION_BUDGET_S, at most
-        CALIBRATION_MAX_REPEATS), interleaved; the fastest single call of each counts."""
+        """The faster of "onednn" and "aten" for `rows` × d_in inputs (mode "int8": of the `int8_engines` this torch
+        has): one untimed call of each, then CALIBRATION_REPEATS timed calls of each (more for short calls: as many
+        as fit CALIBRATION_BUDGET_S, at most CALIBRATION_MAX_REPEATS), interleaved; the fastest single call of each
+        counts."""
         g = torch.Generator().manual_seed(0)
         x = torch.randn(rows, self.in_features, generator=g)
         weight = self.weight.detach()
         bias = None if self.bias is None else self.bias.detach()
-        if mode == "inference":
+        if mode == "int8":
+            engines = [e for e in self.int8_engines if e in int8_engines_available()]
+            candidates = {e: functools.partial(self._fast_linear, x, f"int8-{e}") for e in engines}
+        elif mode == "inference":
             candidates = {
                 "onednn": lambda: self._fast_linear(x, "onednn"),
                 "aten": lambda: F.linear(x, weight, bias),
@@ -192,7 +242,7 @@ class VaswaniLinear(nn.Linear):
                 "onednn": lambda: _OneDNNLinear.apply(x, w, b).backward(grad),
                 "aten": lambda: F.linear(x, w, b).backward(grad),
             }
-        if not torch.backends.mkldnn.is_available():
+        if mode != "int8" and not torch.backends.mkldnn.is_available():
             return "aten"
         best = dict.fromkeys(candidates, math.inf)
         with torch.set_grad_enabled(mode == "training"):
@@ -220,22 +270,35 @@ class VaswaniLinear(nn.Linear):
         return super().train(mode)
 
     def _packed_weight(self, kernel: str):
+        """The weight packed for `kernel` ("onednn", "int8-fbgemm", "int8-onednn"), built at first use and kept
+        (`_packed`: the weight's address and versions, and a copy per kernel) until the weight changes."""
         bias = self.bias
-        key = (kernel, self.weight.data_ptr(), self.weight._version, None if bias is None else bias._version)
+        key = (self.weight.data_ptr(), self.weight._version, None if bias is None else bias._version)
         cached = self.__dict__.get("_packed")
-        if cached is not None and cached[0] == key:
-            return cached[1]
+        if cached is None or cached[0] != key:
+            cached = self._packed = (key, {})
+        if kernel not in cached[1]:
+            cached[1][kernel] = self._pack(kernel)
+        return cached[1][kernel]
+
+    def _pack(self, kernel: str):
+        bias = self.bias
         weight = self.weight.detach()
-        if kernel == "int8":  # symmetric, per output channel: scale_i = max_j |W_ij| / 127
+        if kernel.startswith("int8"):  # symmetric, per output channel: scale_i = max_j |W_ij| / 127
             scales = weight.abs().amax(dim=1).clamp(min=1e-12).double() / 127.0
             zeros = torch.zeros(weight.shape[0], dtype=torch.long)
+            engine = torch.backends.quantized.engine
             with warnings.catch_warnings():  # torch ≥ 2.12 flags quantized tensors as deprecated; fbgemm stays
                 warnings.filterwarnings("ignore", message=".*quantized tensor creation functions.*")
                 qweight = torch.quantize_per_channel(weight, scales, zeros, 0, torch.qint8)
-            packed = torch.ops.quantized.linear_prepack(qweight, None if bias is None else bias.detach())
+                # the packed weight carries its engine: calls run it, whatever engine is set then
+                torch.backends.quantized.engine = "onednn" if kernel == "int8-onednn" else _fbgemm_engine()
+                try:
+                    packed = torch.ops.quantized.linear_prepack(qweight, None if bias is None else bias.detach())
+                finally:
+                    torch.backends.quantized.engine = engine
         else:
             packed = torch.ops.mkldnn._reorder_linear_weight(weight)  # oneDNN's blocked layout, packed once
-        self._packed = (key, packed)
         return packed
 
 
@@ -308,6 +371,7 @@ def _stacked_layer(layers: tuple[VaswaniLinear, ...]) -> VaswaniLinear:
         cached = first.__dict__["_stacked"] = (key, stacked)
     stacked = cached[1]
     stacked.cpu_kernel, stacked.onednn_min_macs = first.cpu_kernel, first.onednn_min_macs
+    stacked.int8_engines = first.int8_engines
     return stacked
 
 

@@ -34,7 +34,8 @@ def check_cpu_class(env: dict) -> None:
 
     assert env["cpu"] and env["cpu_cores"] >= 1
     assert env["cpu_isa_flags"] == [f for f in ISA_FLAGS if f in cpu_flags()]
-    assert env["aten_cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    capped = env["isa_caps"].get("ATEN_CPU_CAPABILITY")  # --isa: the capped class, else this process's own
+    assert env["aten_cpu_capability"] == (capped.upper() if capped else torch.backends.cpu.get_cpu_capability())
     assert env["fbgemm_isa"] in ("none", "AVX2", "AVX512", "AVX512_E1")
     assert isinstance(env["isa_caps"], dict)
     if torch.backends.mkldnn.is_available():
@@ -175,6 +176,53 @@ def test_isa_option_restarts_the_script_with_the_caps(tmp_path):
         assert record["isa_caps"] == {k: v for k, v in ISA_CAPS["avx2"].items() if k != "flag"}
         assert record["aten_cpu_capability"] == "AVX2" and record["fbgemm_isa"] == "AVX2"
         assert "AVX2" in record["onednn_isa"] and record["onednn_inner_product"].endswith("avx2")
+
+
+def test_isa_option_caps_ctranslate2_too(tmp_path):
+    """--isa avx2 in the generate benchmark: CTranslate2 runs capped as well (CT2_FORCE_CPU_ISA for its kernels,
+    MKL_ENABLE_INSTRUCTIONS for its products), as its own log says, so both sides of a ratio run the same class;
+    the files name the native class and the emulated one."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from benchmarks.common import ISA_CAPS, cpu_flags
+
+    pytest.importorskip("ctranslate2")
+    if "avx2" not in cpu_flags():
+        pytest.skip("no AVX2 on this CPU")
+    root = Path(__file__).resolve().parents[1]
+    env = {k: v for k, v in os.environ.items() if k not in ISA_CAPS["avx2"]}
+    command = [sys.executable, "-m", "benchmarks.generate", "--smoke", "--device", "cpu", "--modes", "greedy",
+               "--systems", "ours,ct2-float32", "--repeats", "1", "--warmup", "0", "--threads", "1"]  # fmt: skip
+    done = subprocess.run([*command, "--isa", "avx2", "--out_dir", str(tmp_path)], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    [jsonl] = tmp_path.glob("generate-cpu1-*-as-avx2-*.jsonl")
+    rows = [json.loads(line) for line in jsonl.read_text().splitlines()]
+    assert {row["system"] for row in rows} == {"ours", "ct2-float32"}
+    for row in rows:
+        record = row["env"]
+        check_cpu_class(record)
+        assert record["aten_cpu_capability"] == "AVX2" and record["onednn_inner_product"].endswith("avx2")
+        assert record["ct2_isa"] == "AVX2", record
+        assert record["isa_caps"]["CT2_FORCE_CPU_ISA"] == "AVX2"
+        assert record["isa_caps"]["MKL_ENABLE_INSTRUCTIONS"] == "AVX2"
+
+
+def test_cpu_class_tag_names_native_and_emulated_classes():
+    from benchmarks.common import ISA_CAPS, cpu_class_tag, hardware_tag
+
+    amx = ["avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "amx_tile", "amx_int8", "amx_bf16"]
+    caps = {k: v for k, v in ISA_CAPS["avx2"].items() if k != "flag"}
+    assert cpu_class_tag({"cpu_isa_flags": amx, "isa_caps": {}}) == "amx"
+    assert cpu_class_tag({"cpu_isa_flags": amx[:5], "isa_caps": {}}) == "avx512"
+    assert cpu_class_tag({"cpu_isa_flags": ["avx2", "fma"], "isa_caps": {}}) == "avx2"
+    assert cpu_class_tag({"cpu_isa_flags": [], "isa_caps": {}}) == "other"
+    assert cpu_class_tag({"cpu_isa_flags": amx, "isa_caps": caps}) == "amx-as-avx2"
+    env = {"device": "cpu", "cpu_threads": 2, "cpu_isa_flags": amx[:5], "isa_caps": {}}
+    assert hardware_tag(env) == "cpu2-avx512"
 
 
 def test_isa_option_refuses_what_it_cannot_do(monkeypatch):

@@ -5,7 +5,8 @@
 - Stacked projections (`fused_linear`: Q, K, V as one product) vs one call per layer: int8 identical, fp32 within
   1e-5 (the same sums in another blocking).
 - int8 dynamic quantization vs fp32: an approximation, max |Δlogit| ≤ 5% of the largest |logit|, and the same
-  greedy translations on a model that has learned its task.
+  greedy translations on a model that has learned its task; on each int8 engine "int8" may choose (fbgemm, oneDNN)
+  and on the per-shape choice between them.
 - Beams sharing one cross-attention key/value cache per source vs transformers' default (encoder output repeated per
   beam, cache reordered every step): same sequences, scores within 1e-5.
 - The min-length EOS ban vs transformers' MinLength/MinNewTokens processors: identical scores.
@@ -123,12 +124,22 @@ def packed_layers(model) -> set[str]:
     return packed
 
 
-@pytest.mark.parametrize("kernel", ["onednn", "int8"])
-def test_stacked_projections_equal_one_call_per_layer(kernel):
+def int8_engine(monkeypatch, engine: str) -> None:
+    """ "int8" on this one engine only (nothing timed); skipped where torch has no such engine."""
+    from modeling_vaswani.kernels_vaswani import int8_engines_available
+
+    if engine not in int8_engines_available():
+        pytest.skip(f"no {engine} quantized engine in this torch")
+    monkeypatch.setattr(VaswaniLinear, "int8_engines", (engine,))
+
+
+@pytest.mark.parametrize("kernel", ["onednn", "int8-fbgemm", "int8-onednn"])
+def test_stacked_projections_equal_one_call_per_layer(kernel, monkeypatch):
     if kernel == "onednn" and not torch.backends.mkldnn.is_available():
         pytest.skip("torch built without oneDNN")
-    if kernel == "int8" and not {"fbgemm", "x86"} & set(torch.backends.quantized.supported_engines):
-        pytest.skip("no fbgemm/x86 quantized engine")
+    if kernel.startswith("int8"):
+        int8_engine(monkeypatch, kernel[5:])
+        kernel = "int8"
     model = make_model().set_cpu_kernel(kernel)
     attn = model.model.encoder.layers[0].self_attn
     layers = (attn.w_q, attn.w_k, attn.w_v)
@@ -201,8 +212,15 @@ def test_packed_weights_follow_weight_changes_and_training():
     assert all(m.__dict__.get("_packed") is None for m in model.modules() if isinstance(m, VaswaniLinear))
 
 
-@needs_fbgemm
-def test_int8_kernel_is_close_and_keeps_translations(reverser):
+@pytest.mark.parametrize("engine", ["timed", "fbgemm", "onednn"])
+def test_int8_kernel_is_close_and_keeps_translations(reverser, engine, monkeypatch):
+    """Each engine "int8" may run, and its per-shape timed choice between them ("timed", the default)."""
+    from modeling_vaswani.kernels_vaswani import int8_engines_available
+
+    if not int8_engines_available():
+        pytest.skip("no int8 quantized engine in this torch")
+    if engine != "timed":
+        int8_engine(monkeypatch, engine)
     ids, mask = padded_batch(seed=5)
     reference = logits(reverser, ids, mask, "aten")
     quantized = logits(reverser, ids, mask, "int8")
@@ -215,6 +233,12 @@ def test_int8_kernel_is_close_and_keeps_translations(reverser):
     reverser.set_cpu_kernel("onednn" if torch.backends.mkldnn.is_available() else "aten")
     assert torch.equal(outputs["aten"][:, 1:7], src.flip(1))  # the model has learned the task ...
     assert torch.equal(outputs["int8"], outputs["aten"])  # ... and int8 keeps every translation
+    if engine != "timed":  # the engine asked for is the one that ran
+        reverser.set_cpu_kernel("int8")
+        logits(reverser, ids, mask, "int8")
+        ran = {k for m in reverser.modules() if m.__dict__.get("_packed") for k in m._packed[1]}
+        assert ran == {f"int8-{engine}"}
+        reverser.set_cpu_kernel("onednn" if torch.backends.mkldnn.is_available() else "aten")
 
 
 def test_int8_weights_are_not_saved(tmp_path):
@@ -648,6 +672,33 @@ def test_auto_kernel_picks_the_faster_kernel(fresh_kernel_table, monkeypatch):
     assert set(fresh_kernel_table.values()) == {"aten"}
 
 
+def test_int8_engine_is_timed_per_shape_and_every_choice_is_close(fresh_kernel_table):
+    """ "int8" times its engines (fbgemm, oneDNN) once per shape on this CPU and keeps the faster, and the copy of
+    the weight packed for the other one is dropped; whatever it picks, and with the table forced to either engine
+    or to a mix of both, logits stay within the int8 tolerance (5% of the largest |logit|) of F.linear's."""
+    from modeling_vaswani.kernels_vaswani import int8_engines_available
+
+    engines = int8_engines_available()
+    if len(engines) < 2:
+        pytest.skip(f"one int8 engine in this torch: {engines}")
+    model, (ids, mask) = make_model(), padded_batch()
+    reference = logits(model, ids, mask, "aten")
+    tolerance = 0.05 * reference.abs().max()
+    timed = logits(model, ids, mask, "int8")
+    table = fresh_kernel_table
+    keys = sorted(k for k in table if k[2] == "int8")
+    assert keys and {table[k] for k in keys} <= set(engines)
+    assert {(k[3], k[4]) for k in keys} >= {(64, 64), (64, 128), (128, 64), (64, 50), (64, 192)}
+    for layer in all_linears(model):  # each layer ran one shape: one packed copy kept, the chosen engine's
+        copies = layer.__dict__.get("_packed") and layer._packed[1]
+        assert not copies or len(copies) == 1, copies.keys()
+    assert (timed - reference).abs().max() <= tolerance
+    for forced in (*engines, "mixed"):
+        for i, key in enumerate(keys):
+            table[key] = engines[i % 2] if forced == "mixed" else forced
+        assert (logits(model, ids, mask, "int8") - reference).abs().max() <= tolerance, forced
+
+
 @needs_onednn
 @pytest.mark.parametrize("budget_s, timed", [(1e9, "CALIBRATION_MAX_REPEATS"), (0.0, "CALIBRATION_REPEATS")])
 def test_auto_kernel_times_short_calls_more_often(fresh_kernel_table, monkeypatch, budget_s, timed):
@@ -690,8 +741,19 @@ def test_training_kernel_is_keyed_by_the_instruction_set(monkeypatch):
     assert kernels.training_isa("AVX512", "AVX10_1_512_AMX") == "AVX512"
     assert kernels.training_isa("AVX2", "AVX512_CORE") == "AVX2"  # a cap does not raise the CPU's class
     assert kernels.training_isa("DEFAULT", None) == "DEFAULT"
-    assert kernels.TRAINING_KERNEL_BY_ISA == {"AVX512": "onednn", "AVX2": "aten"}
+    assert kernels.TRAINING_KERNEL_BY_ISA == {"AVX512": "onednn", "AVX512 GenuineIntel": "aten", "AVX2": "aten"}
     try:
+        for vendor, expected in (("AuthenticAMD", "onednn"), ("GenuineIntel", "aten"), ("", "onednn")):
+            monkeypatch.setattr(kernels, "cpu_vendor", lambda vendor=vendor: vendor)  # MKL's fast code: Intel's
+            monkeypatch.setattr(kernels.torch.backends.cpu, "get_cpu_capability", lambda: "AVX512")
+            monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+            monkeypatch.delenv("DNNL_MAX_CPU_ISA", raising=False)
+            kernels.training_kernel.cache_clear()
+            assert kernels.training_kernel() == (expected if torch.backends.mkldnn.is_available() else "aten")
+            monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")  # AVX2 on either vendor: torch's matmul
+            kernels.training_kernel.cache_clear()
+            assert kernels.training_kernel() == "aten"
+        monkeypatch.undo()
         for limit, expected in (("AVX2", "aten"), ("SSE41", "aten")):
             monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", limit)
             kernels.training_kernel.cache_clear()
@@ -699,7 +761,9 @@ def test_training_kernel_is_keyed_by_the_instruction_set(monkeypatch):
         monkeypatch.delenv("ONEDNN_MAX_CPU_ISA")
         monkeypatch.delenv("DNNL_MAX_CPU_ISA", raising=False)
         kernels.training_kernel.cache_clear()
-        native = kernels.TRAINING_KERNEL_BY_ISA.get(torch.backends.cpu.get_cpu_capability(), "aten")
+        isa = torch.backends.cpu.get_cpu_capability()
+        table = kernels.TRAINING_KERNEL_BY_ISA
+        native = table.get(f"{isa} {kernels.cpu_vendor()}", table.get(isa, "aten"))
         assert kernels.training_kernel() == (native if torch.backends.mkldnn.is_available() else "aten")
     finally:
         monkeypatch.undo()
@@ -738,3 +802,17 @@ def test_auto_kernel_in_training_matches_f_linear(monkeypatch, fresh_kernel_tabl
     fast, fast_grads = loss_and_grads(model, False)
     assert calls[0] == (2 * (4 + 2) + 2 * (4 + 4 + 2) if forced == "onednn" else 0)  # lm_head: F.linear always
     assert_same_training(fast, fast_grads, plain, plain_grads, atol=1e-5)
+
+
+def test_max_indices_are_argmax():
+    """Greedy search takes max(-1).indices (faster on CPU) for argmax(-1): the same index, the first of tied maxima,
+    and NaN counted as the maximum, at the decoding loop's sizes and at odd ones."""
+    g = torch.Generator().manual_seed(0)
+    for rows, vocab in ((32, 37000), (3, 50), (5, 17), (1, 1)):
+        scores = torch.randn(rows, vocab, generator=g)
+        scores[:, vocab // 3 :: 7] = scores.amax(-1, keepdim=True).clone()  # ties at the maximum
+        scores[0, vocab // 2] = float("inf")
+        if rows > 2:
+            scores[1, vocab - 1] = float("nan")
+            scores[2] = float("-inf")
+        assert torch.equal(scores.max(-1).indices, scores.argmax(-1))
