@@ -76,6 +76,22 @@ class EosBanUntil(lp.LogitsProcessor):
         return scores.index_fill_(-1, self.eos.to(scores.device), -math.inf)  # (B, vocab), in place
 
 
+def beam_topk(log_probs: torch.Tensor, beam_scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The k best (beam score + log-probability) of each sentence over all its beams, and their indices into the
+    flattened (beams × vocabulary) scores: what torch.topk over those flattened sums gives (transformers' beam step).
+    log_probs (n, nb, V), beam_scores (n, nb). Each beam's k best tokens first, then the sentence's k best of those
+    nb·k: a beam's score adds the same number to all its tokens and a rounded sum keeps their order, so the
+    sentence's k best are among them; no pass adds the scores over the (rows × vocabulary) log-probabilities.
+    Tested against the flat topk (tests/test_fast_paths.py)."""
+    n, nb, V = log_probs.shape
+    if k >= V:
+        return torch.topk((log_probs + beam_scores[:, :, None]).view(n, nb * V), k)
+    best, best_token = torch.topk(log_probs, k)  # (n, nb, k)
+    candidates = (best + beam_scores[:, :, None]).view(n, nb * k)
+    scores, pick = torch.topk(candidates, k)  # (n, k)
+    return scores, (pick // k) * V + best_token.view(n, nb * k).gather(1, pick)
+
+
 # Processors and criteria that look at each row's own tokens and scores only: with these a sentence can leave the
 # batch without changing what the others get. Exact types: a subclass may do anything.
 _ROW_WISE_PROCESSORS = tuple(
@@ -425,13 +441,13 @@ class _Batch:
             del outputs
 
             # top K continuations of each sentence over all its beams
-            scores = (log_probs.view(n, nb, V) + running_scores[:, :, None]).view(n, nb * V)
             if cfg.do_sample:  # beam sampling: K draws without replacement, best first
+                scores = (log_probs.view(n, nb, V) + running_scores[:, :, None]).view(n, nb * V)
                 topk_idx = torch.multinomial(F.softmax(scores, dim=-1), num_samples=K)
                 topk_scores, order = scores.gather(1, topk_idx).sort(dim=-1, descending=True)
                 topk_idx = topk_idx.gather(1, order)
             else:
-                topk_scores, topk_idx = torch.topk(scores, K)
+                topk_scores, topk_idx = beam_topk(log_probs.view(n, nb, V), running_scores, K)
             parent, token = topk_idx // V, topk_idx % V  # (n, K)
             topk_seq = torch.take_along_dim(running, parent[:, :, None], dim=1)
             topk_seq[:, :, cur] = token

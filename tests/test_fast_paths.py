@@ -816,3 +816,21 @@ def test_max_indices_are_argmax():
             scores[1, vocab - 1] = float("nan")
             scores[2] = float("-inf")
         assert torch.equal(scores.max(-1).indices, scores.argmax(-1))
+
+
+def test_beam_topk_is_the_flat_topk():
+    """Beam search's two-stage top-k (each beam's k best, then the sentence's k best of those) gives the scores and
+    flattened indices of torch.topk over all (beam score + log-probability) sums, -inf bans and equal beam scores
+    included."""
+    from modeling_vaswani.generation_vaswani import beam_topk
+
+    g = torch.Generator().manual_seed(0)
+    for n, nb, V, k in ((32, 4, 37000, 8), (3, 4, 50, 8), (2, 1, 7, 2), (5, 3, 4, 6), (2, 4, 9, 9)):
+        log_probs = torch.randn(n, nb, V, generator=g).log_softmax(-1)
+        log_probs[0, :, : V // 2] = -math.inf  # banned tokens
+        beam_scores = torch.randn(n, nb, generator=g) * 3
+        beam_scores[-1] = beam_scores[-1, 0]  # one sentence's beams tie
+        flat_scores, flat_idx = torch.topk((log_probs + beam_scores[:, :, None]).view(n, nb * V), k)
+        scores, idx = beam_topk(log_probs, beam_scores, k)
+        assert torch.equal(scores, flat_scores)
+        assert torch.equal(idx, flat_idx), (n, nb, V, k)
