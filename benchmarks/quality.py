@@ -386,6 +386,25 @@ def comparable(s: dict[str, Any]) -> dict[str, Any]:
     return json.loads(json.dumps({k: v for k, v in s.items() if k not in drop}, default=str))
 
 
+FILE_SETTINGS = ("recipe", "model_config")  # settings that name a file: a run is decided by what it says
+
+
+def same_settings(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Whether two runs' `comparable` settings are the same run: equal, except that a setting naming a file
+    (FILE_SETTINGS) compares the file's content where it can be read, so a run stays reusable from another checkout
+    (a run made from one worktree and reported from another; tests/test_quality.py)."""
+
+    def content(s: dict[str, Any]) -> dict[str, Any]:
+        out = dict(s)
+        for key in FILE_SETTINGS:
+            path = Path(str(out.get(key, "")))
+            if path.is_file():
+                out[key] = json.loads(path.read_text())
+        return out
+
+    return a == b or content(a) == content(b)
+
+
 def progress_callback(trainer, path: Path, base: dict[str, float]):
     """A TrainerCallback that, after each checkpoint save, writes the trainer's token counts and training time up to
     that step into `path` (step -> progress), so that a run continued from the checkpoint carries them on. Trainer
@@ -428,7 +447,7 @@ def continue_from(out: Path, settings: dict[str, Any]) -> tuple[Path | None, dic
     from training.checkpoints.complete import find_resumable
 
     started = out / RUN_SETTINGS
-    if not started.is_file() or json.loads(started.read_text()) != settings:
+    if not started.is_file() or not same_settings(json.loads(started.read_text()), settings):
         return None, NO_PROGRESS
     checkpoint, _ = find_resumable(out)
     progress = json.loads((out / RUN_PROGRESS).read_text()) if (out / RUN_PROGRESS).is_file() else {}
@@ -447,7 +466,7 @@ def train_system(system: str, s: dict[str, Any], raw, tokenizer_dir: Path, args:
     settings = comparable(s)
     if record_path.is_file():
         record = json.loads(record_path.read_text())
-        if record["settings"] == settings:
+        if same_settings(record["settings"], settings):
             print(f"{system}: complete run in {out}, not trained again", flush=True)
             return record
     checkpoint, base = continue_from(out, settings) if not record_path.is_file() else (None, None)

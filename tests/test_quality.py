@@ -184,3 +184,22 @@ def test_an_unfinished_run_continues_from_its_checkpoint_on_the_same_budget(tmp_
         assert weights[0].keys() == weights[1].keys()
         for name, tensor in weights[0].items():
             torch.testing.assert_close(weights[1][name], tensor, rtol=0, atol=1e-6, msg=f"{system} {name}")
+
+
+def test_settings_naming_a_file_compare_by_its_content(tmp_path):
+    """A run made from one checkout is the same run seen from another (the recipe and model config files differ in
+    path only); a file whose content changed makes it another run."""
+    here, there = tmp_path / "a", tmp_path / "b"
+    for root in (here, there):
+        root.mkdir()
+        (root / "recipe.json").write_text(json.dumps({"max_steps": 10, "lr_scale": 0.7}))
+        (root / "model.json").write_text(json.dumps({"d_model": 32}))
+
+    def settings(root):
+        return {"recipe": str(root / "recipe.json"), "model_config": str(root / "model.json"), "seed": 1}
+
+    assert settings(here) != settings(there)
+    assert quality.same_settings(settings(here), settings(there))
+    assert not quality.same_settings(settings(here), {**settings(there), "seed": 2})
+    (there / "model.json").write_text(json.dumps({"d_model": 64}))
+    assert not quality.same_settings(settings(here), settings(there))
