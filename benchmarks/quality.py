@@ -26,7 +26,9 @@ The systems.
   VaswaniTrainer, the §5.3 schedule, ε_ls in the fused loss) under --recipe (configuration/recipe_small.json),
   only the budget (--max_steps, --max_tokens_per_step) and the seed overridden. Its default decoding is the paper's
   (beam 4, GNMT α 0.6, at most |source| + 50 tokens) on the average of the last `save_total_limit` checkpoints, as
-  the recipe keeps them (§6.1); the last checkpoint is scored too.
+  the recipe keeps them (§6.1: `save_steps` apart, and the final one); the last checkpoint is scored too, and any
+  other window given as --average N@S (the last N, S steps apart: a run that saves more often than the recipe
+  holds several windows; saving does not change the weights, so such a run is the same run).
 - "ours-marian-lr": the same, under Marian's learning-rate curve: linear warmup over --marian_warmup steps to
   --marian_peak_lr, then inverse square root (fairseq's inverse_sqrt, which is the §5.3 formula with
   lr_scale = peak · √(d_model · warmup)).
@@ -34,7 +36,7 @@ The systems.
   Trainer set-up and batches, Marian's learning-rate curve, ε_ls 0.1 through Trainer's own `LabelSmoother` (Marian's
   loss is plain cross-entropy), dropout as the preset; its default decoding is transformers' beam search (beam 4,
   length_penalty 0.6 on |Y|^α, early_stopping False, at most the batch's longest source + 50 new tokens) on the last
-  checkpoint; the average of the last checkpoints is scored too.
+  checkpoint; the averages (--average) are scored too.
 
 Validation BLEU is measured during training every `eval_steps` (the recipe's, or --eval_steps) with each system's
 decoding, for the curve. At the end the validation set and every --test set (Moses-style `prefix.{src,tgt}[.gz]`,
@@ -139,7 +141,15 @@ def build_parser() -> argparse.ArgumentParser:
     a("--max_length", type=int, help="length filter instead of the recipe's")
     a("--warmup_steps", type=int, help="our warmup instead of the recipe's")
     a("--save_steps", type=int, help="checkpoint interval instead of the recipe's")
-    a("--save_total_limit", type=int, help="checkpoints kept and averaged instead of the recipe's")
+    a("--save_total_limit", type=int, help="checkpoints kept (and averaged by default) instead of the recipe's")
+    a(
+        "--average",
+        action="append",
+        default=[],
+        metavar="N@S",
+        help="score the average of the last N checkpoints S steps apart (and the final one), e.g. 5@200; repeat for "
+        "more windows; the first is the default decoding's (default: save_total_limit@save_steps of the settings)",
+    )
     a("--eval_steps", type=int, help="validation interval (the curve) instead of the recipe's")
     a("--logging_steps", type=int, help="training-loss log interval instead of the recipe's")
     a("--max_eval_samples", type=int, help="validation pairs used during training (default: the recipe's)")
@@ -154,6 +164,32 @@ def build_parser() -> argparse.ArgumentParser:
     a("--note", default="", help="recorded in every row and the table's header (e.g. how the run was isolated)")
     a("--smoke", action="store_true", help="seconds: tiny model, generated data, 6 steps per system")
     return p
+
+
+def parse_window(text: str) -> tuple[int, int]:
+    """ "N@S" -> (N, S): the last N checkpoints S steps apart."""
+    try:
+        n, s = (int(x) for x in text.split("@"))
+    except ValueError:
+        raise SystemExit(f"--average takes N@S (the last N checkpoints, S steps apart), got {text!r}") from None
+    if n < 1 or s < 1:
+        raise SystemExit(f"--average N@S needs N >= 1 and S >= 1, got {text!r}")
+    return n, s
+
+
+def window_steps(steps: list[int], n: int, every: int) -> list[int] | None:
+    """The steps of the checkpoints a run saving every `every` steps and keeping `n` would hold at its end: the last
+    n of the multiples of `every` up to the final step, and the final step (Trainer saves it too), oldest first;
+    None when `steps` (the checkpoints on disk) lacks one of them (tests/test_quality.py)."""
+    if not steps:
+        return None
+    final = max(steps)
+    wanted = sorted({s for s in range(every, final + 1, every)} | {final})[-n:]
+    return wanted if set(wanted) <= set(steps) else None
+
+
+def window_name(n: int, every: int) -> str:
+    return f"average of last {n} (every {every})"
 
 
 def parse_systems(text: str) -> list[str]:
@@ -227,6 +263,7 @@ def resolve(args: argparse.Namespace) -> argparse.Namespace:
         raise SystemExit(f"--marian_peak_lr must be a positive number, got {args.marian_peak_lr}")
     if args.p_drop is not None and not 0 <= args.p_drop < 1:
         raise SystemExit(f"--p_drop must be in [0, 1), got {args.p_drop}")
+    args.average = [parse_window(w) for w in args.average]
     if args.max_test_samples is not None and args.max_test_samples < 1:
         raise SystemExit(f"--max_test_samples must be a positive integer, got {args.max_test_samples}")
     if not args.train_only:
@@ -387,19 +424,24 @@ def comparable(s: dict[str, Any]) -> dict[str, Any]:
 
 
 FILE_SETTINGS = ("recipe", "model_config")  # settings that name a file: a run is decided by what it says
+# settings that decide which checkpoints are on disk, not the weights trained: recorded, not compared
+SAVING = ("save_steps", "save_total_limit")
 
 
 def same_settings(a: dict[str, Any], b: dict[str, Any]) -> bool:
     """Whether two runs' `comparable` settings are the same run: equal, except that a setting naming a file
     (FILE_SETTINGS) compares the file's content where it can be read, so a run stays reusable from another checkout
-    (a run made from one worktree and reported from another; tests/test_quality.py)."""
+    (a run made from one worktree and reported from another), and that what only decides the checkpoints kept
+    (SAVING, in the settings or the recipe; a recipe's "_comment") is not compared: a run that kept more checkpoints
+    is the same run (tests/test_quality.py)."""
 
     def content(s: dict[str, Any]) -> dict[str, Any]:
-        out = dict(s)
+        out = {k: v for k, v in s.items() if k not in SAVING}
         for key in FILE_SETTINGS:
             path = Path(str(out.get(key, "")))
             if path.is_file():
-                out[key] = json.loads(path.read_text())
+                fields = json.loads(path.read_text())
+                out[key] = {k: v for k, v in fields.items() if k not in SAVING and not k.startswith("_")}
         return out
 
     return a == b or content(a) == content(b)
@@ -533,19 +575,21 @@ def train_system(system: str, s: dict[str, Any], raw, tokenizer_dir: Path, args:
 # ---- decoding ----
 
 
-def averaged_model(system: str, run: Path, last: int, device: str):
-    """(model, tokenizer) averaging the run's last `last` complete checkpoints, or None when it has fewer. Ours goes
-    through `python -m training.average` (a model folder, written once); the twin's checkpoints lack the position
-    tables Marian recomputes, which that command's folder check refuses, so its average is loaded in memory from
-    the same `average_checkpoints`."""
+def averaged_model(system: str, run: Path, window: tuple[int, int], device: str):
+    """(model, tokenizer) averaging the run's checkpoints of `window` (window_steps), or None when one is missing.
+    Ours goes through `python -m training.average` (a model folder, written once); the twin's checkpoints lack the
+    position tables Marian recomputes, which that command's folder check refuses, so its average is loaded in memory
+    from the same `average_checkpoints`."""
     from training.checkpoints.averaging import average_checkpoints, checkpoint_step
     from training.checkpoints.complete import complete_checkpoints
 
-    done = complete_checkpoints(run)
-    if len(done) < last:
-        print(f"{system}: {len(done)} complete checkpoint(s), fewer than {last}: no average", flush=True)
+    done = {checkpoint_step(p): p for p in complete_checkpoints(run)}
+    steps = window_steps(sorted(done), *window)
+    if steps is None:
+        print(f"{system}: its checkpoints (steps {sorted(done)}) lack some of the {window_name(*window)}: no average",
+              flush=True)  # fmt: skip
         return None
-    chosen = done[-last:]
+    chosen = [done[s] for s in steps]
     if system == "marian":
         model, tokenizer = load_for_decoding(system, chosen[-1], device)
         averaged = average_checkpoints(chosen, progress=False)
@@ -558,10 +602,10 @@ def averaged_model(system: str, run: Path, last: int, device: str):
         return model.to(device).eval(), tokenizer
     from training.average import main as average
 
-    folder = run / f"average-last{last}"
+    folder = run / f"average-last{window[0]}-every{window[1]}"
     record = folder / "averaging.json"
-    if not record.is_file() or json.loads(record.read_text())["steps"] != [checkpoint_step(p) for p in chosen]:
-        average([str(run), "--last", str(last), "--output_dir", str(folder), "--overwrite", "--quiet"])
+    if not record.is_file() or json.loads(record.read_text())["steps"] != steps:
+        average(["--checkpoints", *map(str, chosen), "--output_dir", str(folder), "--overwrite", "--quiet"])
     return load_for_decoding(system, folder, device)
 
 
@@ -588,7 +632,7 @@ def read_set(prefix: str, args: argparse.Namespace) -> tuple[list[str], list[str
 
 
 def decode_all(args: argparse.Namespace, records: dict[str, dict], device: str) -> list[dict]:
-    """Every system (last checkpoint and average) on the validation set and every --test set."""
+    """Every system (last checkpoint and each --average window) on the validation set and every --test set."""
     from training.evaluation.scoring import evaluate_model
 
     sets = {"val": read_set(args.validation_file, args)}
@@ -598,12 +642,13 @@ def decode_all(args: argparse.Namespace, records: dict[str, dict], device: str) 
     rows = []
     for system, record in records.items():
         run = args.runs_dir / system
-        last = record["settings"].get("save_total_limit", 5)
-        for checkpoint in ("last", "average"):
+        settings = record["settings"]
+        windows = args.average or [(settings.get("save_total_limit", 5), settings.get("save_steps", 500))]
+        for checkpoint in ["last", *windows]:
             if checkpoint == "last":
                 loaded = load_for_decoding(system, run, device)
             else:
-                loaded = averaged_model(system, run, last, device)
+                loaded = averaged_model(system, run, checkpoint, device)
             if loaded is None:
                 continue
             model, tokenizer = loaded
@@ -613,8 +658,9 @@ def decode_all(args: argparse.Namespace, records: dict[str, dict], device: str) 
                     "benchmark": "quality",
                     "system": system,
                     "recipe": RECIPES[system],
-                    "checkpoint": checkpoint if checkpoint == "last" else f"average of last {last}",
-                    "default": DEFAULT_CHECKPOINT[system] == checkpoint,
+                    "checkpoint": checkpoint if checkpoint == "last" else window_name(*checkpoint),
+                    # the default decoding: the last checkpoint, or the first window (the recipe's)
+                    "default": checkpoint == ("last" if DEFAULT_CHECKPOINT[system] == "last" else windows[0]),
                     "set": name,
                     "sentences": len(sources),
                     "bleu": round(result["bleu"], 2),

@@ -203,3 +203,35 @@ def test_settings_naming_a_file_compare_by_its_content(tmp_path):
     assert not quality.same_settings(settings(here), {**settings(there), "seed": 2})
     (there / "model.json").write_text(json.dumps({"d_model": 64}))
     assert not quality.same_settings(settings(here), settings(there))
+
+
+def test_averaging_windows():
+    """--average N@S picks what a run saving every S steps and keeping N would hold at its end (the final step is
+    saved too); a window whose checkpoints are not all on disk is refused, not silently narrowed."""
+    every_25 = list(range(25, 1701, 25))
+    assert quality.window_steps(every_25, 5, 200) == [1000, 1200, 1400, 1600, 1700]
+    assert quality.window_steps(every_25, 5, 50) == [1500, 1550, 1600, 1650, 1700]
+    assert quality.window_steps([1000, 1200, 1400, 1600, 1700], 5, 200) == [1000, 1200, 1400, 1600, 1700]
+    assert quality.window_steps([1000, 1200, 1400, 1600, 1700], 5, 50) is None
+    assert quality.window_steps([2, 4, 6], 2, 2) == [4, 6]  # the final step a multiple of S: not twice
+    assert quality.window_steps([2, 4, 6], 5, 2) == [2, 4, 6]  # fewer saved than N: all of them, as Trainer keeps
+    assert quality.window_steps([], 5, 2) is None
+    assert quality.parse_window("5@200") == (5, 200)
+    for bad in ("5", "5@", "a@b", "0@200", "5@0", "5@200@1"):
+        with pytest.raises(SystemExit, match="--average"):
+            quality.parse_window(bad)
+
+
+def test_saving_settings_do_not_make_another_run(tmp_path):
+    """A run that kept more checkpoints (--save_steps / --save_total_limit, or a recipe whose only change is those or
+    its comment) trained the same weights: it is the same run; any other change to the recipe or settings is not."""
+    fields = {"_comment": "a", "lr_scale": 0.7, "save_steps": 200, "save_total_limit": 5}
+    old, new = tmp_path / "old.json", tmp_path / "new.json"  # the recipe a run was made with; the recipe now
+    old.write_text(json.dumps(fields))
+    run = {"recipe": str(old), "seed": 0, "save_steps": 25, "save_total_limit": 100}
+    now = {**run, "recipe": str(new), "save_steps": 200, "save_total_limit": 5}
+    new.write_text(json.dumps({**fields, "_comment": "b", "save_steps": 50, "save_total_limit": 3}))
+    assert quality.same_settings(run, now)
+    assert not quality.same_settings(run, {**now, "seed": 1})
+    new.write_text(json.dumps({**fields, "lr_scale": 1.0}))
+    assert not quality.same_settings(run, now)
