@@ -148,7 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         metavar="N@S",
         help="score the average of the last N checkpoints S steps apart (and the final one), e.g. 5@200; repeat for "
-        "more windows; the first is the default decoding's (default: save_total_limit@save_steps of the settings)",
+        "more windows beside the default decoding's (save_total_limit@save_steps: the recipe's, or those flags')",
     )
     a("--eval_steps", type=int, help="validation interval (the curve) instead of the recipe's")
     a("--logging_steps", type=int, help="training-loss log interval instead of the recipe's")
@@ -631,7 +631,9 @@ def read_set(prefix: str, args: argparse.Namespace) -> tuple[list[str], list[str
     return [r[args.source_lang] or "" for r in rows], [r[args.target_lang] or "" for r in rows]
 
 
-def decode_all(args: argparse.Namespace, records: dict[str, dict], device: str) -> list[dict]:
+def decode_all(
+    args: argparse.Namespace, records: dict[str, dict], settings: dict[str, dict], device: str
+) -> list[dict]:
     """Every system (last checkpoint and each --average window) on the validation set and every --test set."""
     from training.evaluation.scoring import evaluate_model
 
@@ -642,8 +644,9 @@ def decode_all(args: argparse.Namespace, records: dict[str, dict], device: str) 
     rows = []
     for system, record in records.items():
         run = args.runs_dir / system
-        settings = record["settings"]
-        windows = args.average or [(settings.get("save_total_limit", 5), settings.get("save_steps", 500))]
+        # the default window is what this command's recipe keeps (the run may have kept more: --average adds windows)
+        default = (settings[system]["save_total_limit"], settings[system]["save_steps"])
+        windows = [default, *(w for w in args.average if w != default)]
         for checkpoint in ["last", *windows]:
             if checkpoint == "last":
                 loaded = load_for_decoding(system, run, device)
@@ -659,8 +662,8 @@ def decode_all(args: argparse.Namespace, records: dict[str, dict], device: str) 
                     "system": system,
                     "recipe": RECIPES[system],
                     "checkpoint": checkpoint if checkpoint == "last" else window_name(*checkpoint),
-                    # the default decoding: the last checkpoint, or the first window (the recipe's)
-                    "default": checkpoint == ("last" if DEFAULT_CHECKPOINT[system] == "last" else windows[0]),
+                    # the default decoding: the last checkpoint, or the recipe's window
+                    "default": checkpoint == ("last" if DEFAULT_CHECKPOINT[system] == "last" else default),
                     "set": name,
                     "sentences": len(sources),
                     "bleu": round(result["bleu"], 2),
@@ -752,7 +755,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     device = first.get("device") or ("cuda" if torch.cuda.is_available() else "cpu")
     env = hardware(device)
     env["isolation"] = args.note or "not stated"
-    rows = decode_all(args, records, device)
+    rows = decode_all(args, records, settings, device)
     from benchmarks.common import free_path, report
 
     jsonl, _ = report("quality", env, rows, TABLE, args.out_dir)

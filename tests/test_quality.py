@@ -32,11 +32,13 @@ def test_quality_smoke(tmp_path, one_thread):
     runs, out = tmp_path / "runs", tmp_path / "out"
     argv = ["--smoke", "--runs_dir", str(runs), "--out_dir", str(out), "--note", "test"]
     argv += ["--test", str(tmp_path / "sets/plain"), "--test", str(tmp_path / "sets/zipped")]
+    argv += ["--average", "1@2", "--average", "2@2", "--average", "2@3"]  # 2@2 is the default; 2@3 lacks step 3
     rows = quality.main(argv)
 
     sets = {"val", "plain", "zipped"}
-    got = {(r["system"], r["checkpoint"].split()[0], r["set"]) for r in rows}
-    assert got == {(s, c, n) for s in quality.SYSTEMS for c in ("last", "average") for n in sets}
+    got = {(r["system"], r["checkpoint"], r["set"]) for r in rows}
+    windows = ("last", "average of last 2 (every 2)", "average of last 1 (every 2)")  # smoke: save 2 apart, keep 2
+    assert got == {(s, c, n) for s in quality.SYSTEMS for c in windows for n in sets}
     assert len(rows) == len(got)
     records = {s: json.loads((runs / s / quality.RUN_RECORD).read_text()) for s in quality.SYSTEMS}
     settings = records["ours"]["settings"]
@@ -55,7 +57,7 @@ def test_quality_smoke(tmp_path, one_thread):
     # each system's default decoding: one default row per system and set; ours averaged, Marian the last checkpoint
     defaults = {(r["system"], r["set"]): r["checkpoint"] for r in rows if r["default"]}
     assert len(defaults) == len(quality.SYSTEMS) * len(sets)
-    assert defaults["ours", "val"].startswith("average of last") and defaults["marian", "val"] == "last"
+    assert defaults["ours", "val"] == "average of last 2 (every 2)" and defaults["marian", "val"] == "last"
     by = {(r["system"], r["checkpoint"].split()[0], r["set"]): r for r in rows}
     assert by["ours", "last", "val"]["decoding"]["num_beams"] == 4
     assert by["ours", "last", "val"]["decoding"]["max_length_over_source"] == 50
