@@ -43,9 +43,11 @@ decoding, for the curve. At the end the validation set and every --test set (Mos
 any number) are decoded in full with training/evaluate.py (length-sorted batches of ≤ 4,000 source tokens) and
 scored with sacreBLEU (BLEU with its signature, chrF).
 
-Per (system, checkpoint, set) one row: bleu, chrf, signature, steps, tokens_seen (real source + target tokens),
-padded_tokens_seen, train_seconds (Trainer's train_runtime), decode_seconds, the learning-rate curve, the
-validation-BLEU curve, and the hardware (CPU model, ISA flags, threads; GPU). Files:
+Per (system, checkpoint, set) one row: bleu, its 95% confidence half-interval (ci95) and the paired-bootstrap p-value
+of its difference from the twin's default decoding (p_vs_twin; sacreBLEU's --paired-bs, 1,000 resamples), chrf,
+signature, steps, tokens_seen (real source + target tokens), padded_tokens_seen, train_seconds (Trainer's
+train_runtime), decode_seconds, the learning-rate curve, the validation-BLEU curve, and the hardware (CPU model, ISA
+flags, threads; GPU). The translations go to <run>/hypotheses/<checkpoint>.<set>.txt. Files:
 benchmarks/results/quality-<hardware>-<date>.{jsonl,md,png} (never overwritten; the PNG: validation BLEU against
 steps, one line per system). Runs live in --runs_dir (git-ignored runs/quality by default); a system whose run is
 complete there is not trained again, and runs of other settings are refused (--overwrite replaces them). A run of the
@@ -104,6 +106,8 @@ TABLE = [
     "default",
     "set",
     "bleu",
+    "ci95",
+    "p_vs_twin",
     "chrf",
     "steps",
     "tokens_seen",
@@ -641,7 +645,7 @@ def decode_all(
     for prefix in args.test:
         name = Path(prefix).name
         sets[name if name not in sets else prefix] = read_set(prefix, args)
-    rows = []
+    rows, hypotheses = [], []
     for system, record in records.items():
         run = args.runs_dir / system
         # the default window is what this command's recipe keeps (the run may have kept more: --average adds windows)
@@ -684,8 +688,56 @@ def decode_all(
                 }
                 print(json.dumps({k: row[k] for k in ("system", "checkpoint", "set", "bleu", "chrf")}), flush=True)
                 rows.append(row)
+                hypotheses.append(result["hypotheses"])
+                write_hypotheses(run / "hypotheses" / f"{slug(row['checkpoint'])}.{name}.txt", result["hypotheses"])
             del model
+    paired_bootstrap(rows, hypotheses, {name: references for name, (_, references) in sets.items()})
     return rows
+
+
+def slug(text: str) -> str:
+    return "-".join("".join(c if c.isalnum() else " " for c in text).split())
+
+
+def write_hypotheses(path: Path, hypotheses: list[str]) -> None:
+    """One line per source sentence, for sacrebleu's own command line (or another test) to score again."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(h.replace("\n", " ") + "\n" for h in hypotheses), encoding="utf-8")
+
+
+BOOTSTRAP_SAMPLES = 1000  # sacreBLEU's default for --paired-bs (its seed: 12345)
+
+
+def paired_bootstrap(rows: list[dict], hypotheses: list[list[str]], references: dict[str, list[str]]) -> None:
+    """Into every row: `ci95`, half the 95% confidence interval of its BLEU, and `p_vs_twin`, the p-value of its
+    difference from the twin's default decoding on the same set, by paired bootstrap resampling (Koehn 2004) as
+    `sacrebleu --paired-bs` computes it (sacrebleu.significance.PairedTest; the twin's own row gets no p-value). A
+    difference with p ≥ 0.05 is within what the choice of sentences alone can make."""
+    from sacrebleu.metrics import BLEU
+    from sacrebleu.significance import PairedTest
+
+    for name, refs in references.items():
+        at = [i for i, row in enumerate(rows) if row["set"] == name]
+        twin = [i for i in at if rows[i]["system"] == "marian" and rows[i]["default"]]
+        order = twin + [i for i in at if i not in twin]  # the baseline first, as PairedTest wants it
+        if not order:
+            continue
+        if not twin:  # no twin in this report: a confidence interval per row, no test
+            order = order[:1] + order
+        named = [(f"{k}:{i}", hypotheses[i]) for k, i in enumerate(order)]
+        _, scores = PairedTest(named, {"BLEU": BLEU()}, [refs], test_type="bs", n_samples=BOOTSTRAP_SAMPLES)()
+        for k, (i, result) in enumerate(
+            zip(order, next(v for key, v in scores.items() if key != "System"), strict=True)
+        ):
+            if k == 0 and not twin:
+                continue
+            # the same BLEU as the row's (13a, exp smoothing): the test scored what the table shows
+            if abs(result.score - rows[i]["bleu"]) > 0.01:
+                raise RuntimeError(f"paired bootstrap scored {result.score:.2f}, the row {rows[i]['bleu']}")
+            rows[i]["ci95"] = round(result.ci, 2)
+            rows[i]["bootstrap_mean"] = round(result.mean, 2)
+            if twin and k > 0:
+                rows[i]["p_vs_twin"] = round(result.p_value, 4)
 
 
 def hardware(device_name: str) -> dict:

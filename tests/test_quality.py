@@ -40,6 +40,12 @@ def test_quality_smoke(tmp_path, one_thread):
     windows = ("last", "average of last 2 (every 2)", "average of last 1 (every 2)")  # smoke: save 2 apart, keep 2
     assert got == {(s, c, n) for s in quality.SYSTEMS for c in windows for n in sets}
     assert len(rows) == len(got)
+    for row in rows:  # the paired bootstrap against the twin's default decoding (test_paired_bootstrap_...)
+        assert row["ci95"] >= 0
+        is_twin = row["system"] == "marian" and row["default"]
+        assert ("p_vs_twin" in row) != is_twin and 0 < row.get("p_vs_twin", 1) <= 1
+        hyps = runs / row["system"] / "hypotheses" / f"{quality.slug(row['checkpoint'])}.{row['set']}.txt"
+        assert len(hyps.read_text(encoding="utf-8").splitlines()) == row["sentences"]
     records = {s: json.loads((runs / s / quality.RUN_RECORD).read_text()) for s in quality.SYSTEMS}
     settings = records["ours"]["settings"]
     for row in rows:
@@ -237,3 +243,37 @@ def test_saving_settings_do_not_make_another_run(tmp_path):
     assert not quality.same_settings(run, {**now, "seed": 1})
     new.write_text(json.dumps({**fields, "lr_scale": 1.0}))
     assert not quality.same_settings(run, now)
+
+
+def test_paired_bootstrap_against_the_twin():
+    """Each row gets its BLEU's 95% half-interval and, unless it is the twin's default row, the paired-bootstrap
+    p-value of its difference from it (sacrebleu's PairedTest): a far better system is significant, one as good on
+    other sentences is not; a report without the twin gets intervals only."""
+    words = "a man in a blue shirt is riding a bike down the street while two dogs run after him".split()
+    refs = [" ".join(words[i % 7 : i % 7 + 6 + i % 5]) for i in range(300)]
+    worse = [" ".join(r.split()[::2]) if i % 3 == 0 else r for i, r in enumerate(refs)]  # a third of them damaged
+    alike = [" ".join(r.split()[::2]) if i % 3 == 1 else r for i, r in enumerate(refs)]  # another third, as badly
+
+    def row(system, default, bleu):
+        return {"system": system, "default": default, "set": "val", "bleu": bleu}
+
+    import sacrebleu
+
+    score = {
+        n: round(sacrebleu.corpus_bleu(h, [refs]).score, 2)
+        for n, h in (("worse", worse), ("alike", alike), ("refs", refs))
+    }
+    rows = [
+        row("ours", True, score["refs"]),
+        row("marian", True, score["worse"]),
+        row("ours-marian-lr", True, score["alike"]),
+    ]
+    quality.paired_bootstrap(rows, [refs, worse, alike], {"val": refs})
+    assert "p_vs_twin" not in rows[1] and rows[1]["ci95"] > 0
+    assert rows[0]["p_vs_twin"] < 0.05 and rows[2]["p_vs_twin"] > 0.05
+    alone = [row("ours", True, score["refs"]), row("ours", False, score["worse"])]
+    quality.paired_bootstrap(alone, [refs, worse], {"val": refs})
+    assert all("p_vs_twin" not in r and r["ci95"] >= 0 for r in alone)
+    wrong = [row("marian", True, score["worse"]), row("ours", True, score["refs"] - 1)]  # a BLEU the test did not score
+    with pytest.raises(RuntimeError, match="paired bootstrap scored"):
+        quality.paired_bootstrap(wrong, [worse, refs], {"val": refs})
