@@ -19,7 +19,9 @@
 #   run(command="PARTS=quality bash benchmarks/gpu.sh", carry=[".whl", "runs/data"], timeout_s=600)
 # It trains the base preset (d_model 512, 6+6 layers) on Multi30k with the paper's recipe (recipe_base.json) scaled
 # to that corpus (a shared BPE of 8,000, 1,700 steps of 8,192 padded tokens per side as the CPU reference, warmup
-# 600, lr_scale 1.0, P_drop 0.3 for the small corpus, ε_ls 0.1, the last 5 checkpoints averaged, bf16), ours and the Marian twin under one budget, then decodes
+# 600, lr_scale 1.0, P_drop 0.3 for the small corpus, ε_ls 0.1, bf16; the last 5 checkpoints 50 steps apart averaged,
+# the window that measured best at this budget on CPU: recipe_small.json's _save_steps), ours and the Marian twin
+# under one budget, then decodes
 # val and test 2016 (goal: test2016 ≥ 38). Estimated, not yet measured: about 2 min of training per system on an
 # H200 plus validation and decoding. The data travels in runs/data (git-ignored): mkdir -p runs/data;
 # cp -r ../shared/data/multi30k runs/data/. Override with QUALITY_DATA, QUALITY_STEPS, QUALITY_SYSTEMS.
@@ -92,7 +94,7 @@ elif [ -f "$quality_data/train.en.gz" ]; then
   # one call of its own (PARTS=quality): the whole limit
   part quality "$limit" python3 -m benchmarks.quality --device cuda --bf16 --recipe configuration/recipe_base.json \
     --p_drop 0.3 --vocab_size 8000 --max_eval_samples 1014 --max_steps "${QUALITY_STEPS:-1700}" --max_tokens_per_step 8192 \
-    --warmup_steps 600 --eval_steps 425 --save_steps 200 --systems "${QUALITY_SYSTEMS:-ours,marian}" \
+    --warmup_steps 600 --eval_steps 425 --save_steps 50 --systems "${QUALITY_SYSTEMS:-ours,marian}" \
     --train_file "$quality_data/train" --validation_file "$quality_data/val" \
     --test "$quality_data/test_2016_flickr" --runs_dir /tmp/quality-runs --out_dir "$out" \
     --note "H200, alone on the device machine"
