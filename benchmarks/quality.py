@@ -28,7 +28,9 @@ The systems.
   (beam 4, GNMT α 0.6, at most |source| + 50 tokens) on the average of the last `save_total_limit` checkpoints, as
   the recipe keeps them (§6.1: `save_steps` apart, and the final one); the last checkpoint is scored too, and any
   other window given as --average N@S (the last N, S steps apart: a run that saves more often than the recipe
-  holds several windows; saving does not change the weights, so such a run is the same run).
+  holds several windows; saving does not change the weights, so such a run is the same run). --compare_rules decodes
+  the default checkpoint once more under transformers' length penalty |Y|^α (the twin's rule), to tell decoding from
+  training.
 - "ours-marian-lr": the same, under Marian's learning-rate curve: linear warmup over --marian_warmup steps to
   --marian_peak_lr, then inverse square root (fairseq's inverse_sqrt, which is the §5.3 formula with
   lr_scale = peak · √(d_model · warmup)).
@@ -103,6 +105,7 @@ SMOKE = {
 TABLE = [
     "system",
     "checkpoint",
+    "rule",
     "default",
     "set",
     "bleu",
@@ -157,6 +160,8 @@ def build_parser() -> argparse.ArgumentParser:
     a("--eval_steps", type=int, help="validation interval (the curve) instead of the recipe's")
     a("--logging_steps", type=int, help="training-loss log interval instead of the recipe's")
     a("--max_eval_samples", type=int, help="validation pairs used during training (default: the recipe's)")
+    a("--compare_rules", action="store_true", help="also decode our systems' default checkpoint with transformers' "
+      "length penalty |Y|^α (the twin's), to tell decoding from training")  # fmt: skip
     a("--max_test_samples", type=int, help="decode only the first N pairs of each set at the end")
     a("--bf16", action="store_true", help="bfloat16 mixed precision (GPU)")
     a("--device", help="cpu, cuda or cuda:N (default: cuda if visible)")
@@ -659,15 +664,21 @@ def decode_all(
             if loaded is None:
                 continue
             model, tokenizer = loaded
-            for name, (sources, references) in sets.items():
-                result = evaluate_model(model, tokenizer, sources, references, progress=False)
+            # the default decoding: the last checkpoint, or the recipe's window
+            is_default = checkpoint == ("last" if DEFAULT_CHECKPOINT[system] == "last" else default)
+            rules = ["gnmt" if system != "marian" else "transformers"]
+            if args.compare_rules and is_default and system != "marian":
+                rules.append("transformers")  # our model under transformers' rule: decoding told from training
+            for rule, (name, (sources, references)) in ((r, item) for r in rules for item in sets.items()):
+                kwargs = {"length_penalty_rule": rule} if system != "marian" else None
+                result = evaluate_model(model, tokenizer, sources, references, generate_kwargs=kwargs, progress=False)
                 row = {
                     "benchmark": "quality",
                     "system": system,
                     "recipe": RECIPES[system],
                     "checkpoint": checkpoint if checkpoint == "last" else window_name(*checkpoint),
-                    # the default decoding: the last checkpoint, or the recipe's window
-                    "default": checkpoint == ("last" if DEFAULT_CHECKPOINT[system] == "last" else default),
+                    "default": is_default and rule == rules[0],
+                    "rule": rule,  # the length penalty: "gnmt" ((5 + |Y|) / 6)^α as §6.1, "transformers" |Y|^α
                     "set": name,
                     "sentences": len(sources),
                     "bleu": round(result["bleu"], 2),
@@ -686,10 +697,11 @@ def decode_all(
                     "val_loss_curve": record["val_loss_curve"],
                     "note": args.note,
                 }
-                print(json.dumps({k: row[k] for k in ("system", "checkpoint", "set", "bleu", "chrf")}), flush=True)
+                print(json.dumps({k: row[k] for k in ("system", "checkpoint", "rule", "set", "bleu")}), flush=True)
                 rows.append(row)
                 hypotheses.append(result["hypotheses"])
-                write_hypotheses(run / "hypotheses" / f"{slug(row['checkpoint'])}.{name}.txt", result["hypotheses"])
+                stem = slug(row["checkpoint"]) + ("" if rule == rules[0] else f"-{rule}-rule")
+                write_hypotheses(run / "hypotheses" / f"{stem}.{name}.txt", result["hypotheses"])
             del model
     paired_bootstrap(rows, hypotheses, {name: references for name, (_, references) in sets.items()})
     return rows

@@ -33,13 +33,25 @@ def test_quality_smoke(tmp_path, one_thread):
     argv = ["--smoke", "--runs_dir", str(runs), "--out_dir", str(out), "--note", "test"]
     argv += ["--test", str(tmp_path / "sets/plain"), "--test", str(tmp_path / "sets/zipped")]
     argv += ["--average", "1@2", "--average", "2@2", "--average", "2@3"]  # 2@2 is the default; 2@3 lacks step 3
+    argv += ["--compare_rules"]
     rows = quality.main(argv)
 
     sets = {"val", "plain", "zipped"}
-    got = {(r["system"], r["checkpoint"], r["set"]) for r in rows}
+    got = {(r["system"], r["checkpoint"], r["rule"], r["set"]) for r in rows}
     windows = ("last", "average of last 2 (every 2)", "average of last 1 (every 2)")  # smoke: save 2 apart, keep 2
-    assert got == {(s, c, n) for s in quality.SYSTEMS for c in windows for n in sets}
+    rule = {"ours": "gnmt", "ours-marian-lr": "gnmt", "marian": "transformers"}
+    want = {(s, c, rule[s], n) for s in quality.SYSTEMS for c in windows for n in sets}
+    # --compare_rules: our systems' default checkpoint under transformers' rule too
+    want |= {(s, "average of last 2 (every 2)", "transformers", n) for s in ("ours", "ours-marian-lr") for n in sets}
+    assert got == want
     assert len(rows) == len(got)
+    for r in rows:  # the rule asked for is the one that ran
+        assert r["decoding"].get("length_penalty_rule") == r["rule"] or r["system"] == "marian", (
+            r["system"],
+            r["checkpoint"],
+            r["rule"],
+            r["decoding"],
+        )
     for row in rows:  # the paired bootstrap against the twin's default decoding (test_paired_bootstrap_...)
         assert row["ci95"] >= 0
         is_twin = row["system"] == "marian" and row["default"]
@@ -64,7 +76,11 @@ def test_quality_smoke(tmp_path, one_thread):
     defaults = {(r["system"], r["set"]): r["checkpoint"] for r in rows if r["default"]}
     assert len(defaults) == len(quality.SYSTEMS) * len(sets)
     assert defaults["ours", "val"] == "average of last 2 (every 2)" and defaults["marian", "val"] == "last"
-    by = {(r["system"], r["checkpoint"].split()[0], r["set"]): r for r in rows}
+    by = {
+        (r["system"], r["checkpoint"].split()[0], r["set"]): r
+        for r in rows
+        if r["rule"] != "transformers" or r["system"] == "marian"
+    }
     assert by["ours", "last", "val"]["decoding"]["num_beams"] == 4
     assert by["ours", "last", "val"]["decoding"]["max_length_over_source"] == 50
     assert by["marian", "last", "val"]["decoding"]["num_beams"] == 4
@@ -93,7 +109,7 @@ def test_quality_smoke(tmp_path, one_thread):
         env = row["env"]
         assert env["cpu"] and env["cpu_threads"] >= 1 and env["cpu_cores"] >= 1 and isinstance(env["cpu_isa"], list)
         assert env["isolation"] == "test" and env["torch"] == torch.__version__
-    assert "| system | checkpoint | default | set | bleu |" in md.read_text()
+    assert "| system | checkpoint | rule | default | set | bleu | ci95 | p_vs_twin |" in md.read_text()
     first = (jsonl.read_text(), md.read_text(), png.read_bytes())
 
     # again, one test set: complete runs are reused (not retrained), new files are written, the old ones kept
