@@ -82,6 +82,12 @@ def int8_engines_available() -> tuple[str, ...]:
     return tuple(e for e in INT8_ENGINES if e in engines or (e == "fbgemm" and "x86" in engines))
 
 
+@functools.cache
+def usable_int8_engines(asked: tuple[str, ...]) -> tuple[str, ...]:
+    """Those of `asked` (a layer's `int8_engines`) this torch build has, in order; once per tuple, not per call."""
+    return tuple(e for e in asked if e in int8_engines_available())
+
+
 def _fbgemm_engine() -> str:
     return "fbgemm" if "fbgemm" in torch.backends.quantized.supported_engines else "x86"
 
@@ -197,7 +203,7 @@ class VaswaniLinear(nn.Linear):
         """x2 Wᵀ + b on a packed weight: kernel "onednn" (fp32), "int8" (the engine `int8_engines` gives for this
         shape), or one int8 engine by name ("int8-fbgemm", "int8-onednn")."""
         if kernel == "int8":
-            engines = [e for e in self.int8_engines if e in int8_engines_available()] or ["fbgemm"]
+            engines = usable_int8_engines(self.int8_engines) or ("fbgemm",)
             kernel = "int8-" + (engines[0] if len(engines) == 1 else self._calibrated("int8", x2.shape[0]))
         packed = self._packed_weight(kernel)
         if kernel.startswith("int8"):
@@ -227,7 +233,7 @@ class VaswaniLinear(nn.Linear):
         weight = self.weight.detach()
         bias = None if self.bias is None else self.bias.detach()
         if mode == "int8":
-            engines = [e for e in self.int8_engines if e in int8_engines_available()]
+            engines = usable_int8_engines(self.int8_engines)
             candidates = {e: functools.partial(self._fast_linear, x, f"int8-{e}") for e in engines}
         elif mode == "inference":
             candidates = {
