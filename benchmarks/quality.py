@@ -731,18 +731,14 @@ def paired_bootstrap(rows: list[dict], hypotheses: list[list[str]], references: 
     for name, refs in references.items():
         at = [i for i, row in enumerate(rows) if row["set"] == name]
         twin = [i for i in at if rows[i]["system"] == "marian" and rows[i]["default"]]
-        order = twin + [i for i in at if i not in twin]  # the baseline first, as PairedTest wants it
-        if not order:
+        if not at:
             continue
-        if not twin:  # no twin in this report: a confidence interval per row, no test
-            order = order[:1] + order
-        named = [(f"{k}:{i}", hypotheses[i]) for k, i in enumerate(order)]
+        # PairedTest's baseline first: the twin's row, or (no twin in this report) any row, and then no p-values
+        baseline = twin[0] if twin else at[0]
+        order = [baseline] + [i for i in at if i != baseline]
+        named = [(str(i), hypotheses[i]) for i in order]
         _, scores = PairedTest(named, {"BLEU": BLEU()}, [refs], test_type="bs", n_samples=BOOTSTRAP_SAMPLES)()
-        for k, (i, result) in enumerate(
-            zip(order, next(v for key, v in scores.items() if key != "System"), strict=True)
-        ):
-            if k == 0 and not twin:
-                continue
+        for k, (i, result) in enumerate(zip(order, scores["BLEU"], strict=True)):
             # the same BLEU as the row's (13a, exp smoothing): the test scored what the table shows
             if abs(result.score - rows[i]["bleu"]) > 0.01:
                 raise RuntimeError(f"paired bootstrap scored {result.score:.2f}, the row {rows[i]['bleu']}")
